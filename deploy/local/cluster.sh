@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# A local Loom cluster on loopback: one loomd and N loom-worker processes, each on port 0, with
+# their bound addresses in ready files. Usage:
+#   deploy/local/cluster.sh up [RUN_DIR] [WORKERS]   start; prints the LOOM_SERVER to use
+#   deploy/local/cluster.sh down [RUN_DIR]           stop everything started by `up`
+# Binaries come from build/bin (LOOM_BIN overrides). Prometheus is started too when installed
+# and LOOM_PROMETHEUS=1, scraping loomd and the workers.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+bin="${LOOM_BIN:-$root/build/bin}"
+cmd="${1:-up}"
+run="${2:-$root/.cache/local-cluster}"
+workers="${3:-2}"
+
+wait_file() {  # wait_file PATH SECONDS
+  local i
+  for ((i = 0; i < $2 * 10; i++)); do [ -s "$1" ] && return 0; sleep 0.1; done
+  echo "cluster: $1 did not appear within $2 s" >&2
+  return 1
+}
+json_field() {  # json_field FILE KEY
+  python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"
+}
+
+case "$cmd" in
+  up)
+    "$0" down "$run" >/dev/null 2>&1 || true
+    mkdir -p "$run"
+    rm -f "$run"/*.ready
+    "$bin/loomd" --listen=127.0.0.1:0 --metrics-listen=127.0.0.1:0 --state-dir="$run/loomd" \
+      --ready-file="$run/loomd.ready" >"$run/loomd.log" 2>&1 &
+    echo $! >"$run/loomd.pid"
+    wait_file "$run/loomd.ready" 30
+    server=$(json_field "$run/loomd.ready" grpc)
+    for ((w = 0; w < workers; w++)); do
+      "$bin/loom-worker" --coordinator="$server" --name="worker-$w" --cpu-devices=1 \
+        --work-dir="$run/worker-$w" --ready-file="$run/worker-$w.ready" \
+        >"$run/worker-$w.log" 2>&1 &
+      echo $! >"$run/worker-$w.pid"
+    done
+    for ((w = 0; w < workers; w++)); do wait_file "$run/worker-$w.ready" 30; done
+    echo "$server" >"$run/server"
+    echo "cluster: loomd at $server (metrics $(json_field "$run/loomd.ready" metrics)), $workers workers; logs in $run"
+    ;;
+  down)
+    for f in "$run"/worker-*.pid "$run"/loomd.pid; do
+      [ -f "$f" ] || continue
+      kill -TERM "$(cat "$f")" 2>/dev/null || true
+    done
+    sleep 0.5
+    for f in "$run"/worker-*.pid "$run"/loomd.pid; do
+      [ -f "$f" ] || continue
+      kill -KILL "$(cat "$f")" 2>/dev/null || true
+      rm -f "$f"
+    done
+    ;;
+  *)
+    echo "usage: $0 up|down [RUN_DIR] [WORKERS]" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,67 @@
+// CPU fp32 fully connected layer on OpenBLAS. Contract: kernels/matmul.h.
+//
+// Threading: the GEMMs are threaded inside OpenBLAS, which splits the output among its threads
+// and keeps each element's reduction over the inner dimension whole, so results do not depend on
+// the run. The bias gradient is a reduction over rows: channels are cut into fixed chunks, one
+// thread owns a chunk and walks the rows in order (reproducible, race-free).
+#include "kernels/matmul.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+
+#include "kernels/arg_check.h"
+
+namespace loom::kernels::cpu {
+namespace {
+
+constexpr int kChannelChunk = 64;
+
+}  // namespace
+
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                    int C, int OC) {
+  LOOM_KERNEL_CHECK(out && inp && weight, "null buffer");
+  LOOM_KERNEL_CHECK(N > 0 && C > 0 && OC > 0, "N, C and OC must be positive");
+  float beta = 0.0f;
+  if (bias != nullptr) {
+    // Broadcast the bias into out, then let the GEMM accumulate onto it (beta = 1): one pass
+    // over out instead of two.
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; ++n) std::copy(bias, bias + OC, out + static_cast<long>(n) * OC);
+    beta = 1.0f;
+  }
+  // out (N,OC) = inp (N,C) @ weight (OC,C)^T (+ out).
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta,
+              out, OC);
+}
+
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                     const float* inp, const float* weight, int N, int C, int OC) {
+  LOOM_KERNEL_CHECK(dweight && dout && inp && weight, "null buffer");
+  LOOM_KERNEL_CHECK(N > 0 && C > 0 && OC > 0, "N, C and OC must be positive");
+  if (dinp != nullptr) {
+    // dinp (N,C) += dout (N,OC) @ weight (OC,C).
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C,
+                1.0f, dinp, C);
+  }
+  // dweight (OC,C) += dout (N,OC)^T @ inp (N,C).
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
+              dweight, C);
+  if (dbias != nullptr) {
+    const int chunks = (OC + kChannelChunk - 1) / kChannelChunk;
+#pragma omp parallel for schedule(static)
+    for (int k = 0; k < chunks; ++k) {
+      const int o0 = k * kChannelChunk;
+      const int o1 = std::min(OC, o0 + kChannelChunk);
+      float acc[kChannelChunk] = {};
+      for (int n = 0; n < N; ++n) {
+        const float* dy = dout + static_cast<long>(n) * OC;  // (OC)
+        for (int o = o0; o < o1; ++o) acc[o - o0] += dy[o];
+      }
+      for (int o = o0; o < o1; ++o) dbias[o] += acc[o - o0];
+    }
+  }
+}
+
+}  // namespace loom::kernels::cpu

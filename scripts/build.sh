@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Configures and builds Loom into build/ (binaries in build/bin). Uses ccache when present; the
+# cache is keyed by content, so a clean clone rebuilds correctly.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ -z "${CUDACXX:-}" ] && ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export CUDACXX=/usr/local/cuda/bin/nvcc
+fi
+launcher=()
+if command -v ccache >/dev/null 2>&1; then
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
+jobs=${LOOM_BUILD_JOBS:-$(nproc)}
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" "$@" >/dev/null
+cmake --build build -j"$jobs"

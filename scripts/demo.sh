@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The demo: sets up, builds, starts a local cluster (loomd + two workers on loopback), submits
+# examples/demo.yaml (a tiny GPT on the built-in corpus) and follows it to the end.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/setup.sh
+bash scripts/build.sh
+
+run=.cache/demo-cluster
+trap 'deploy/local/cluster.sh down "$run"' EXIT
+deploy/local/cluster.sh up "$run" 2
+export LOOM_SERVER=$(cat "$run/server")
+
+build/bin/loomctl nodes
+job=$(build/bin/loomctl submit -f examples/demo.yaml -o json |
+      python3 -c 'import json,sys; print(json.load(sys.stdin)["name"])')
+echo "submitted $job"
+build/bin/loomctl watch "$job"
+build/bin/loomctl get "$job"
+echo "last lines of the job's log:"
+build/bin/loomctl logs "$job" | tail -n 5

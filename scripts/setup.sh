@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs every system dependency of Loom from Debian 12's packages. Idempotent: packages that
+# are already installed are left alone, and apt is only asked when one is missing.
+# The CUDA toolkit is optional and not installed here: when nvcc is on PATH (or in
+# /usr/local/cuda/bin) the CUDA backend is built as well.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config ccache git
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev libsqlite3-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
+  libgloo-dev libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
+  prometheus python3
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "setup: done"

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Sets up, builds, and runs every test: the unit tests in parallel, then the integration tests
+# (which start real loomd and loom-worker processes) one at a time.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/setup.sh
+bash scripts/build.sh
+
+jobs=${LOOM_TEST_JOBS:-$(nproc)}
+status=0
+ctest --test-dir build --output-on-failure -j"$jobs" -LE integration || status=1
+ctest --test-dir build --output-on-failure -L integration || status=1
+exit $status
