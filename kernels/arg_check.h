@@ -12,8 +12,7 @@ namespace loom::kernels::internal {
 // Prints "file:line: kernel argument check failed: cond: message" and exits with status 1.
 [[noreturn]] inline void ArgCheckFailed(const char* file, int line, const char* cond,
                                         const char* message) {
-  std::fprintf(stderr, "%s:%d: kernel argument check failed: %s: %s\n", file, line, cond,
-               message);
+  std::fprintf(stderr, "%s:%d: kernel argument check failed: %s: %s\n", file, line, cond, message);
   std::fflush(stderr);
   std::exit(1);
 }
@@ -22,8 +21,8 @@ namespace loom::kernels::internal {
 
 // LOOM_KERNEL_CHECK(cond, message): if cond is false, report and exit (see above). Always on,
 // also in release builds: the checks are O(1) per call, negligible beside the op itself.
-#define LOOM_KERNEL_CHECK(cond, message)                                                  \
-  do {                                                                                    \
+#define LOOM_KERNEL_CHECK(cond, message)                                                        \
+  do {                                                                                          \
     if (!(cond)) ::loom::kernels::internal::ArgCheckFailed(__FILE__, __LINE__, #cond, message); \
   } while (0)
 

@@ -25,8 +25,8 @@ void encoder_forward(float* out, const int* tokens, const float* wte, const floa
 // dwte (V,C) += scatter of dout by token; dwpe (maxT,C) += sum over b of dout[b,t].
 // dout (B,T,C); tokens (B,T). Accumulates. Rows of dwte are updated in a fixed order
 // (b, then t) so the result is deterministic.
-void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B,
-                      int T, int C);
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T,
+                      int C);
 
 }  // namespace loom::kernels::cpu
 

@@ -13,8 +13,8 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 // dweight (OC,C) += dout^T @ inp (N,C)
 // dbias (OC) += sum_n dout                          (skipped when dbias is nullptr)
 // Accumulates.
-void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* weight, int N, int C, int OC);
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int N, int C, int OC);
 
 }  // namespace loom::kernels::cpu
 

@@ -9,8 +9,10 @@
 //
 // Threading: the B*NH (b, h) pairs are split statically across OpenMP threads. Each pair writes
 // only its own att/scratch block and its own head's channels of out/dqkv, so there are no races
-// and no cross-thread reductions: results do not depend on the thread count. At the model's
-// sequence lengths each GEMM is small enough that OpenBLAS runs it on the calling thread.
+// and no cross-thread reductions: results do not depend on the thread count. While
+// T*T*HS <= 2^18 (e.g. T = 64, HS = 64) OpenBLAS runs each GEMM on the calling thread; above
+// that it also uses its own pool from inside the OpenMP threads, which is correct (OpenBLAS is
+// thread-safe and splits GEMMs by output) but oversubscribes the cores.
 #include "kernels/attention.h"
 
 #include <cblas.h>
@@ -40,14 +42,13 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
   for (int bh = 0; bh < pairs; ++bh) {
     const int b = bh / NH;
     const int h = bh % NH;
-    const float* q = qkv + b * T * C3 + h * HS;          // (T,HS), row stride 3C
-    const float* k = q + C;                              // (T,HS), row stride 3C
-    const float* v = q + 2 * C;                          // (T,HS), row stride 3C
-    float* a = att + static_cast<long>(bh) * T * T;      // (T,T)
+    const float* q = qkv + b * T * C3 + h * HS;              // (T,HS), row stride 3C
+    const float* k = q + C;                                  // (T,HS), row stride 3C
+    const float* v = q + 2 * C;                              // (T,HS), row stride 3C
+    float* a = att + static_cast<long>(bh) * T * T;          // (T,T)
     float* o = out + static_cast<long>(b) * T * C + h * HS;  // (T,HS), row stride C
     // a (T,T) = scale * q k^T.
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, scale, q, C3, k, C3, 0.0f, a,
-                T);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, scale, q, C3, k, C3, 0.0f, a, T);
     // Causal softmax of each row over columns [0, t]; the masked columns are written 0.
     for (int t = 0; t < T; ++t) {
       float* row = a + static_cast<long>(t) * T;
@@ -64,8 +65,7 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
       for (int j = t + 1; j < T; ++j) row[j] = 0.0f;
     }
     // o (T,HS) = a (T,T) @ v (T,HS).
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, a, T, v, C3, 0.0f, o,
-                C);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, a, T, v, C3, 0.0f, o, C);
   }
 }
 
@@ -82,21 +82,19 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
     const int b = bh / NH;
     const int h = bh % NH;
     const long q_off = b * T * C3 + h * HS;
-    const float* q = qkv + q_off;                       // (T,HS), row stride 3C
-    const float* k = q + C;                             // (T,HS), row stride 3C
-    const float* v = q + 2 * C;                         // (T,HS), row stride 3C
-    float* dq = dqkv + q_off;                           // (T,HS), row stride 3C
-    float* dk = dq + C;                                 // (T,HS), row stride 3C
-    float* dv = dq + 2 * C;                             // (T,HS), row stride 3C
-    const float* a = att + static_cast<long>(bh) * T * T;   // (T,T)
-    float* ds = scratch + static_cast<long>(bh) * T * T;    // (T,T): datt, then dscores
+    const float* q = qkv + q_off;                                    // (T,HS), row stride 3C
+    const float* k = q + C;                                          // (T,HS), row stride 3C
+    const float* v = q + 2 * C;                                      // (T,HS), row stride 3C
+    float* dq = dqkv + q_off;                                        // (T,HS), row stride 3C
+    float* dk = dq + C;                                              // (T,HS), row stride 3C
+    float* dv = dq + 2 * C;                                          // (T,HS), row stride 3C
+    const float* a = att + static_cast<long>(bh) * T * T;            // (T,T)
+    float* ds = scratch + static_cast<long>(bh) * T * T;             // (T,T): datt, then dscores
     const float* dy = dout + static_cast<long>(b) * T * C + h * HS;  // (T,HS), row stride C
     // datt (T,T) = dy (T,HS) @ v (T,HS)^T.
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, 1.0f, dy, C, v, C3, 0.0f, ds,
-                T);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, 1.0f, dy, C, v, C3, 0.0f, ds, T);
     // dv (T,HS) += a (T,T)^T @ dy (T,HS).
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f, a, T, dy, C, 1.0f, dv,
-                C3);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f, a, T, dy, C, 1.0f, dv, C3);
     // Softmax backward per row, with the 1/sqrt(HS) of the scores folded in:
     // dscores[t,j] = scale * a[t,j] * (datt[t,j] - sum_i a[t,i] datt[t,i]), 0 where masked.
     for (int t = 0; t < T; ++t) {

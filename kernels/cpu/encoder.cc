@@ -34,15 +34,15 @@ void encoder_forward(float* out, const int* tokens, const float* wte, const floa
 #pragma omp parallel for schedule(static)
   for (long r = 0; r < rows; ++r) {
     const long t = r % T;
-    float* out_r = out + r * C;                                  // (C)
+    float* out_r = out + r * C;                                   // (C)
     const float* wte_r = wte + static_cast<long>(tokens[r]) * C;  // (C)
     const float* wpe_t = wpe + t * C;                             // (C)
     for (int c = 0; c < C; ++c) out_r[c] = wte_r[c] + wpe_t[c];
   }
 }
 
-void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B,
-                      int T, int C) {
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T,
+                      int C) {
   LOOM_KERNEL_CHECK(dwte && dwpe && dout && tokens, "null buffer");
   CheckArgs(tokens, B, T, C);
   const int chunks = (C + kChannelChunk - 1) / kChannelChunk;
@@ -53,7 +53,7 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* to
     for (int b = 0; b < B; ++b) {
       for (int t = 0; t < T; ++t) {
         const long r = static_cast<long>(b) * T + t;
-        const float* dout_r = dout + r * C;                        // (C)
+        const float* dout_r = dout + r * C;                       // (C)
         float* dwte_r = dwte + static_cast<long>(tokens[r]) * C;  // (C)
         float* dwpe_t = dwpe + static_cast<long>(t) * C;          // (C)
         for (int c = c0; c < c1; ++c) {

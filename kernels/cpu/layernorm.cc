@@ -21,8 +21,8 @@ void CheckSizes(int N, int C) { LOOM_KERNEL_CHECK(N > 0 && C > 0, "N and C must 
 
 }  // namespace
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                       const float* weight, const float* bias, int N, int C) {
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C) {
   LOOM_KERNEL_CHECK(out && mean && rstd && inp && weight && bias, "null buffer");
   CheckSizes(N, C);
 #pragma omp parallel for schedule(static)
@@ -48,8 +48,8 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean,
-                        const float* rstd, int N, int C) {
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int N, int C) {
   LOOM_KERNEL_CHECK(dinp && dweight && dbias && dout && inp && weight && mean && rstd,
                     "null buffer");
   CheckSizes(N, C);
@@ -57,9 +57,9 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
   //   dx = s (g - mean_c(g) - xhat mean_c(g xhat)).
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
-    const float* x = inp + static_cast<long>(n) * C;      // (C)
-    const float* dy = dout + static_cast<long>(n) * C;    // (C)
-    float* dx = dinp + static_cast<long>(n) * C;          // (C)
+    const float* x = inp + static_cast<long>(n) * C;    // (C)
+    const float* dy = dout + static_cast<long>(n) * C;  // (C)
+    float* dx = dinp + static_cast<long>(n) * C;        // (C)
     const float m = mean[n];
     const float s = rstd[n];
     float sum_g = 0.0f;

@@ -1,9 +1,11 @@
 // CPU fp32 fully connected layer on OpenBLAS. Contract: kernels/matmul.h.
 //
-// Threading: the GEMMs are threaded inside OpenBLAS, which splits the output among its threads
-// and keeps each element's reduction over the inner dimension whole, so results do not depend on
-// the run. The bias gradient is a reduction over rows: channels are cut into fixed chunks, one
-// thread owns a chunk and walks the rows in order (reproducible, race-free).
+// Threading: only OpenBLAS's own threads. It splits each GEMM's output among its threads and keeps
+// every element's reduction over the inner dimension whole, so results do not depend on the run.
+// The bias broadcast and bias gradient are O(N*OC) beside the O(N*C*OC) GEMMs and run on the
+// calling thread: an OpenMP region here would alternate OpenMP's and OpenBLAS's thread pools
+// within one op, and each pool's spinning workers slow the other down (measured: 4x on a loaded
+// 2-core machine). The bias gradient sums rows in order, in fixed channel chunks.
 #include "kernels/matmul.h"
 
 #include <cblas.h>
@@ -27,17 +29,16 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
   if (bias != nullptr) {
     // Broadcast the bias into out, then let the GEMM accumulate onto it (beta = 1): one pass
     // over out instead of two.
-#pragma omp parallel for schedule(static)
     for (int n = 0; n < N; ++n) std::copy(bias, bias + OC, out + static_cast<long>(n) * OC);
     beta = 1.0f;
   }
   // out (N,OC) = inp (N,C) @ weight (OC,C)^T (+ out).
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta,
-              out, OC);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta, out,
+              OC);
 }
 
-void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* weight, int N, int C, int OC) {
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int N, int C, int OC) {
   LOOM_KERNEL_CHECK(dweight && dout && inp && weight, "null buffer");
   LOOM_KERNEL_CHECK(N > 0 && C > 0 && OC > 0, "N, C and OC must be positive");
   if (dinp != nullptr) {
@@ -50,7 +51,6 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
               dweight, C);
   if (dbias != nullptr) {
     const int chunks = (OC + kChannelChunk - 1) / kChannelChunk;
-#pragma omp parallel for schedule(static)
     for (int k = 0; k < chunks; ++k) {
       const int o0 = k * kChannelChunk;
       const int o1 = std::min(OC, o0 + kChannelChunk);

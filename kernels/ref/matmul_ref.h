@@ -6,8 +6,8 @@
 namespace loom::kernels::ref {
 
 // out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); bias may be nullptr.
-void matmul_forward(double* out, const double* inp, const double* weight, const double* bias,
-                    int N, int C, int OC);
+void matmul_forward(double* out, const double* inp, const double* weight, const double* bias, int N,
+                    int C, int OC);
 // dinp (N,C) (may be nullptr), dweight (OC,C), dbias (OC) (may be nullptr) += gradients.
 void matmul_backward(double* dinp, double* dweight, double* dbias, const double* dout,
                      const double* inp, const double* weight, int N, int C, int OC);
