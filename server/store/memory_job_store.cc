@@ -4,13 +4,13 @@
 //
 // Threading: every method takes `mu_`; a method either completes all its writes under the lock
 // or, on error, makes none, which gives the same atomicity as one SQLite transaction.
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
@@ -22,17 +22,16 @@ namespace {
 
 class MemoryJobStore final : public JobStore {
  public:
-  absl::StatusOr<int64_t> CreateJob(const v1::Job& job,
-                                    const v1::JobEvent& first_event) override {
+  absl::StatusOr<int64_t> CreateJob(const v1::Job& job, const v1::JobEvent& first_event) override {
     RETURN_IF_ERROR(CheckJobForWrite(job));
     absl::MutexLock lock(&mu_);
-    if (by_name_.contains(job.name())) {
+    if (by_name_.count(job.name()) > 0) {
       return absl::AlreadyExistsError(absl::StrCat("job ", job.name(), " already exists"));
     }
-    if (!job.request_id().empty() && by_request_id_.contains(job.request_id())) {
+    if (!job.request_id().empty() && by_request_id_.count(job.request_id()) > 0) {
       return absl::AlreadyExistsError(absl::StrCat("request_id \"", job.request_id(),
                                                    "\" was already used to create job ",
-                                                   by_request_id_[job.request_id()]));
+                                                   by_request_id_.find(job.request_id())->second));
     }
     const int64_t sequence = ++last_sequence_;
     Entry& entry = jobs_[sequence];
@@ -41,7 +40,7 @@ class MemoryJobStore final : public JobStore {
     event.set_sequence(1);
     entry.events.push_back(std::move(event));
     by_name_[job.name()] = sequence;
-    if (!job.request_id().empty()) by_request_id_[job.request_id()] = job.name();
+    if (!job.request_id().empty()) by_request_id_.emplace(job.request_id(), job.name());
     return sequence;
   }
 
@@ -129,19 +128,19 @@ class MemoryJobStore final : public JobStore {
 
  private:
   struct Entry {
-    v1::Job job;                     // without events
+    v1::Job job;                       // without events
     std::vector<v1::JobEvent> events;  // events[i].sequence() == i + 1
   };
 
   static absl::Status NotFound(std::string_view name) {
-    return absl::NotFoundError(absl::StrCat("job ", name, " not found"));
+    return absl::NotFoundError(absl::StrCat("job ", std::string(name), " not found"));
   }
 
   absl::Mutex mu_;
   int64_t last_sequence_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<int64_t, Entry> jobs_ ABSL_GUARDED_BY(mu_);  // by sequence: ListJobs order
-  absl::flat_hash_map<std::string, int64_t> by_name_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, std::string> by_request_id_ ABSL_GUARDED_BY(mu_);  // → name
+  std::map<std::string, int64_t, std::less<>> by_name_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string, std::less<>> by_request_id_ ABSL_GUARDED_BY(mu_);  // → name
   std::map<std::string, v1::Node> nodes_ ABSL_GUARDED_BY(mu_);  // by name: ListNodes order
 };
 

@@ -3,10 +3,10 @@
 // server/store/.
 #pragma once
 
+#include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "loom/v1/job.pb.h"
 #include "loom/v1/node.pb.h"
@@ -29,8 +29,10 @@ inline v1::Job StripEvents(const v1::Job& job) {
 // `prefix` + non-empty id, e.g. "jobs/abc". The ids themselves are checked by the job manager.
 inline absl::Status CheckResourceName(std::string_view name, std::string_view prefix,
                                       std::string_view field) {
-  if (!absl::StartsWith(name, prefix) || name.size() == prefix.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ": \"", name, "\" is not a ", prefix,
+  // std::string copies: this Abseil's StrCat takes absl::string_view, not std::string_view.
+  if (name.substr(0, prefix.size()) != prefix || name.size() == prefix.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(std::string(field), ": \"", std::string(name),
+                                                   "\" is not a ", std::string(prefix),
                                                    "{id} resource name"));
   }
   return absl::OkStatus();
@@ -46,8 +48,7 @@ inline absl::Status CheckNodeForWrite(const v1::Node& node) {
 
 inline absl::Status CheckListLimit(int limit) {
   if (limit < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("limit: ", limit, " must be at least 1"));
+    return absl::InvalidArgumentError(absl::StrCat("limit: ", limit, " must be at least 1"));
   }
   return absl::OkStatus();
 }

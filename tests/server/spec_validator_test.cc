@@ -1,0 +1,609 @@
+// Job spec validation: one table row per rule (a bad spec → its code and a message naming the
+// field and the fix), then the defaults and the resolved layout.
+#include "server/jobs/spec_validator.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+#include "server/jobs/model_presets.h"
+#include "tests/server/store_test_util.h"
+
+namespace loom::jobs {
+namespace {
+
+using ::google::protobuf::util::MessageDifferencer;
+using ::testing::HasSubstr;
+
+// Files that "exist" for the validator; everything else is missing.
+class FakeFileProbe final : public FileProbe {
+ public:
+  explicit FakeFileProbe(std::set<std::string> files) : files_(std::move(files)) {}
+  absl::Status CheckReadableFile(const std::string& path) const override {
+    if (files_.count(path) > 0) return absl::OkStatus();
+    return absl::NotFoundError("no such file");
+  }
+
+ private:
+  std::set<std::string> files_;
+};
+
+ClusterCapacity Cluster(int gpus, int cpus, int nodes) {
+  ClusterCapacity capacity;
+  capacity.gpu = {gpus, gpus};
+  capacity.cpu = {cpus, cpus};
+  capacity.ready_nodes = nodes;
+  return capacity;
+}
+
+// A valid GPU spec: gpt2-124m on 8 GPUs with a data file.
+v1::JobSpec GpuSpec() {
+  v1::JobSpec spec;
+  spec.set_name("demo");
+  spec.mutable_model()->set_preset("gpt2-124m");
+  spec.mutable_data()->set_path("/data/train.bin");
+  spec.mutable_train()->set_steps(100);
+  spec.mutable_resources()->set_gpus(8);
+  return spec;
+}
+
+// A valid CPU spec: the tiny model on 4 CPU devices with the builtin corpus.
+v1::JobSpec CpuSpec() {
+  v1::JobSpec spec;
+  spec.mutable_model()->set_preset("tiny");
+  spec.mutable_data()->set_builtin("tiny-corpus");
+  spec.mutable_train()->set_steps(10);
+  spec.mutable_resources()->set_cpu_devices(4);
+  return spec;
+}
+
+v1::JobSpec Explicit(v1::JobSpec spec, int data, int tensor, int pipeline) {
+  spec.mutable_parallelism()->set_data(data);
+  spec.mutable_parallelism()->set_tensor(tensor);
+  spec.mutable_parallelism()->set_pipeline(pipeline);
+  return spec;
+}
+
+struct BadSpecCase {
+  std::string test_name;
+  std::function<v1::JobSpec()> spec;
+  absl::StatusCode code;
+  std::vector<std::string> message_contains;  // the first is always the field path
+};
+
+const FakeFileProbe& Files() {
+  static const auto* const files = new FakeFileProbe({"/data/train.bin", "/data/val.bin"});
+  return *files;
+}
+
+class BadSpecTest : public ::testing::TestWithParam<BadSpecCase> {};
+
+TEST_P(BadSpecTest, IsRejectedWithTheFieldAndTheFix) {
+  const BadSpecCase& c = GetParam();
+  auto result = ValidateJobSpec(c.spec(), Cluster(16, 8, 2), Files());
+  ASSERT_FALSE(result.ok()) << "accepted: " << c.spec().ShortDebugString();
+  EXPECT_EQ(result.status().code(), c.code) << result.status();
+  for (const std::string& part : c.message_contains) {
+    EXPECT_THAT(std::string(result.status().message()), HasSubstr(part));
+  }
+}
+
+using Code = absl::StatusCode;
+constexpr Code kInvalid = Code::kInvalidArgument;
+constexpr Code kPrecondition = Code::kFailedPrecondition;
+
+template <typename F>
+std::function<v1::JobSpec()> Gpu(F edit) {
+  return [edit] {
+    v1::JobSpec spec = GpuSpec();
+    edit(spec);
+    return spec;
+  };
+}
+template <typename F>
+std::function<v1::JobSpec()> Cpu(F edit) {
+  return [edit] {
+    v1::JobSpec spec = CpuSpec();
+    edit(spec);
+    return spec;
+  };
+}
+
+const std::vector<BadSpecCase>& BadSpecs() {
+  static const auto* const cases = new std::vector<BadSpecCase>{
+      // name
+      {"NameUppercase",
+       Gpu([](auto& s) { s.set_name("Demo"); }),
+       kInvalid,
+       {"spec.name", "a-z, 0-9"}},
+      {"NameTooLong",
+       Gpu([](auto& s) { s.set_name(std::string(64, 'a')); }),
+       kInvalid,
+       {"spec.name", "63"}},
+      {"NameWithSlash", Gpu([](auto& s) { s.set_name("a/b"); }), kInvalid, {"spec.name"}},
+      // resources
+      {"ZeroDevices",
+       Gpu([](auto& s) { s.mutable_resources()->set_gpus(0); }),
+       kInvalid,
+       {"spec.resources", "spec.resources.gpus", "> 0"}},
+      {"NegativeGpus",
+       Gpu([](auto& s) { s.mutable_resources()->set_gpus(-2); }),
+       kInvalid,
+       {"spec.resources.gpus", "-2 must be > 0"}},
+      {"NegativeCpuDevices",
+       Cpu([](auto& s) { s.mutable_resources()->set_cpu_devices(-1); }),
+       kInvalid,
+       {"spec.resources.cpu_devices", "-1 must be > 0"}},
+      {"BothDeviceKinds",
+       Gpu([](auto& s) { s.mutable_resources()->set_cpu_devices(2); }),
+       kInvalid,
+       {"spec.resources", "exactly one"}},
+      {"MoreCpuDevicesThanTheCluster",
+       Cpu([](auto& s) { s.mutable_resources()->set_cpu_devices(9); }),
+       kPrecondition,
+       {"spec.resources.cpu_devices: 9 requested but the cluster has 8 CPU devices on 2 ready "
+        "nodes; ask for at most 8 or add nodes"}},
+      {"MoreGpusThanTheCluster",
+       Gpu([](auto& s) { s.mutable_resources()->set_gpus(32); }),
+       kPrecondition,
+       {"spec.resources.gpus", "32 requested", "16 GPUs", "at most 16"}},
+      // model
+      {"UnknownPreset",
+       Gpu([](auto& s) { s.mutable_model()->set_preset("gpt5"); }),
+       kInvalid,
+       {"spec.model.preset", "\"gpt5\"",
+        "tiny, small, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b"}},
+      {"PresetWithConflictingDimension",
+       Gpu([](auto& s) { s.mutable_model()->set_hidden(512); }),
+       kInvalid,
+       {"spec.model.hidden", "conflicts with preset gpt2-124m"}},
+      {"NoModel",
+       Gpu([](auto& s) { s.clear_model(); }),
+       kInvalid,
+       {"spec.model", "preset", "layers, hidden, heads, seq_len"}},
+      {"ExplicitDimsMissingOne",
+       Gpu([](auto& s) {
+         s.mutable_model()->Clear();
+         s.mutable_model()->set_layers(2);
+         s.mutable_model()->set_hidden(64);
+         s.mutable_model()->set_heads(4);
+         s.mutable_model()->set_seq_len(64);
+       }),
+       kInvalid,
+       {"spec.model.vocab", "all five"}},
+      {"ExplicitDimNegative",
+       Gpu([](auto& s) {
+         s.mutable_model()->Clear();
+         s.mutable_model()->set_layers(-2);
+         s.mutable_model()->set_hidden(64);
+         s.mutable_model()->set_heads(4);
+         s.mutable_model()->set_seq_len(64);
+         s.mutable_model()->set_vocab(256);
+       }),
+       kInvalid,
+       {"spec.model.layers", "-2"}},
+      {"HeadsDoNotDivideHidden",
+       Gpu([](auto& s) {
+         s.mutable_model()->Clear();
+         s.mutable_model()->set_layers(2);
+         s.mutable_model()->set_hidden(100);
+         s.mutable_model()->set_heads(3);
+         s.mutable_model()->set_seq_len(64);
+         s.mutable_model()->set_vocab(256);
+       }),
+       kInvalid,
+       {"spec.model.heads", "does not divide", "1, 2, 4, 5"}},
+      // data
+      {"NoData",
+       Gpu([](auto& s) { s.clear_data(); }),
+       kInvalid,
+       {"spec.data", "spec.data.path", "tiny-corpus"}},
+      {"BothDataSources",
+       Gpu([](auto& s) { s.mutable_data()->set_builtin("tiny-corpus"); }),
+       kInvalid,
+       {"spec.data", "not both"}},
+      {"UnknownBuiltin",
+       Cpu([](auto& s) { s.mutable_data()->set_builtin("big-corpus"); }),
+       kInvalid,
+       {"spec.data.builtin", "\"big-corpus\"", "tiny-corpus"}},
+      {"RelativeDataPath",
+       Gpu([](auto& s) { s.mutable_data()->set_path("data/train.bin"); }),
+       kInvalid,
+       {"spec.data.path", "relative", "absolute"}},
+      {"MissingDataFile",
+       Gpu([](auto& s) { s.mutable_data()->set_path("/data/nope.bin"); }),
+       kPrecondition,
+       {"spec.data.path", "/data/nope.bin", "no such file"}},
+      {"MissingValFile",
+       Gpu([](auto& s) { s.mutable_data()->set_val_path("/data/v.bin"); }),
+       kPrecondition,
+       {"spec.data.val_path", "/data/v.bin"}},
+      // train
+      {"NoSteps",
+       Gpu([](auto& s) { s.mutable_train()->set_steps(0); }),
+       kInvalid,
+       {"spec.train.steps", "> 0"}},
+      {"NegativeSteps",
+       Gpu([](auto& s) { s.mutable_train()->set_steps(-5); }),
+       kInvalid,
+       {"spec.train.steps", "-5"}},
+      {"NegativeLr",
+       Gpu([](auto& s) { s.mutable_train()->set_lr(-0.1); }),
+       kInvalid,
+       {"spec.train.lr", "> 0"}},
+      {"NanLr",
+       Gpu([](auto& s) { s.mutable_train()->set_lr(std::numeric_limits<double>::quiet_NaN()); }),
+       kInvalid,
+       {"spec.train.lr", "finite"}},
+      {"InfiniteLr",
+       Gpu([](auto& s) { s.mutable_train()->set_lr(std::numeric_limits<double>::infinity()); }),
+       kInvalid,
+       {"spec.train.lr", "finite"}},
+      {"UnknownPrecision",
+       Gpu([](auto& s) { s.mutable_train()->set_precision("fp16"); }),
+       kInvalid,
+       {"spec.train.precision", "fp32 or bf16"}},
+      {"Bf16OnCpu",
+       Cpu([](auto& s) { s.mutable_train()->set_precision("bf16"); }),
+       kInvalid,
+       {"spec.train.precision", "bf16 needs GPUs", "fp32"}},
+      {"TrainSeqLenAboveModel",
+       Gpu([](auto& s) { s.mutable_train()->set_seq_len(2048); }),
+       kInvalid,
+       {"spec.train.seq_len", "2048", "1024"}},
+      {"NegativeTrainSeqLen",
+       Gpu([](auto& s) { s.mutable_train()->set_seq_len(-1); }),
+       kInvalid,
+       {"spec.train.seq_len"}},
+      {"NegativeWarmup",
+       Gpu([](auto& s) { s.mutable_train()->set_warmup_steps(-1); }),
+       kInvalid,
+       {"spec.train.warmup_steps", ">= 0"}},
+      {"MinLrRatioAboveOne",
+       Gpu([](auto& s) { s.mutable_train()->set_min_lr_ratio(1.5); }),
+       kInvalid,
+       {"spec.train.min_lr_ratio", "[0, 1]"}},
+      {"NegativeWeightDecay",
+       Gpu([](auto& s) { s.mutable_train()->set_weight_decay(-1); }),
+       kInvalid,
+       {"spec.train.weight_decay", ">= 0"}},
+      {"NegativeGradClip",
+       Gpu([](auto& s) { s.mutable_train()->set_grad_clip(-1); }),
+       kInvalid,
+       {"spec.train.grad_clip"}},
+      {"NegativeEvalEvery",
+       Gpu([](auto& s) { s.mutable_train()->set_eval_every(-10); }),
+       kInvalid,
+       {"spec.train.eval_every"}},
+      {"NegativeGlobalBatch",
+       Gpu([](auto& s) { s.mutable_train()->set_global_batch_tokens(-8); }),
+       kInvalid,
+       {"spec.train.global_batch_tokens", ">= 0"}},
+      // parallelism
+      {"ProductDiffersFromDevices",
+       [] { return Explicit(GpuSpec(), 2, 2, 1); },
+       kInvalid,
+       {"spec.parallelism", "2 × 2 × 1 = 4", "spec.resources.gpus is 8"}},
+      {"TensorDoesNotDivideHeads",
+       [] { return Explicit(GpuSpec(), 1, 8, 1); },
+       kInvalid,
+       {"spec.parallelism.tensor", "8 does not divide the model's 12 heads", "1, 2, 3, 4, 6, 12"}},
+      {"PipelineAboveLayers",
+       [] {
+         v1::JobSpec spec = Explicit(CpuSpec(), 1, 1, 4);  // tiny has 2 layers
+         return spec;
+       },
+       kInvalid,
+       {"spec.parallelism.pipeline", "exceeds the model's 2 layers"}},
+      {"TensorTimesPipelineDoesNotDivideDevices",
+       Gpu([](auto& s) { s.mutable_parallelism()->set_tensor(3); }),
+       kInvalid,
+       {"spec.parallelism", "tensor × pipeline = 3 does not divide"}},
+      {"AutoAndExplicit",
+       Gpu([](auto& s) {
+         s.mutable_parallelism()->mutable_auto_();
+         s.mutable_parallelism()->set_data(8);
+       }),
+       kInvalid,
+       {"spec.parallelism", "either auto or explicit"}},
+      {"NegativeData",
+       Gpu([](auto& s) { s.mutable_parallelism()->set_data(-8); }),
+       kInvalid,
+       {"spec.parallelism.data", "-8"}},
+      {"NegativeMicroBatch",
+       Gpu([](auto& s) { s.mutable_parallelism()->set_micro_batch(-1); }),
+       kInvalid,
+       {"spec.parallelism.micro_batch"}},
+      // batch
+      {"GlobalBatchNotAMultiple",
+       Gpu([](auto& s) { s.mutable_train()->set_global_batch_tokens(100000); }),
+       kInvalid,
+       {"spec.train.global_batch_tokens", "1024 × 8 = 8192", "use 98304 or 106496"}},
+      {"GlobalBatchBelowOneSequencePerRank",
+       Gpu([](auto& s) { s.mutable_train()->set_global_batch_tokens(1024); }),
+       kInvalid,
+       {"spec.train.global_batch_tokens", "use 8192"}},
+      {"GlobalBatchHuge",
+       Gpu([](auto& s) { s.mutable_train()->set_global_batch_tokens(int64_t{1} << 60); }),
+       kInvalid,
+       {"spec.train.global_batch_tokens", "at most"}},
+      {"MicroBatchDoesNotDivide",
+       Gpu([](auto& s) {
+         s.mutable_train()->set_global_batch_tokens(1024 * 8 * 12);
+         s.mutable_parallelism()->set_micro_batch(5);
+       }),
+       kInvalid,
+       {"spec.parallelism.micro_batch", "12 sequences", "1, 2, 3, 4, 6, 12"}},
+      // checkpoint, restart, priority
+      {"NegativeCheckpointEvery",
+       Gpu([](auto& s) { s.mutable_checkpoint()->set_every_steps(-1); }),
+       kInvalid,
+       {"spec.checkpoint.every_steps"}},
+      {"RelativeCheckpointDir",
+       Gpu([](auto& s) { s.mutable_checkpoint()->set_dir("ckpt"); }),
+       kInvalid,
+       {"spec.checkpoint.dir", "absolute"}},
+      {"TooManyRestarts",
+       Gpu([](auto& s) { s.mutable_restart()->set_max_restarts(101); }),
+       kInvalid,
+       {"spec.restart.max_restarts", "[0, 100]"}},
+      {"NegativeRestarts",
+       Gpu([](auto& s) { s.mutable_restart()->set_max_restarts(-1); }),
+       kInvalid,
+       {"spec.restart.max_restarts"}},
+      {"BackoffTooLong",
+       Gpu([](auto& s) { s.mutable_restart()->set_backoff_seconds(3601); }),
+       kInvalid,
+       {"spec.restart.backoff_seconds", "[0, 3600]"}},
+      {"NegativeBackoff",
+       Gpu([](auto& s) { s.mutable_restart()->set_backoff_seconds(-1); }),
+       kInvalid,
+       {"spec.restart.backoff_seconds"}},
+      {"PriorityTooHigh",
+       Gpu([](auto& s) { s.set_priority(1001); }),
+       kInvalid,
+       {"spec.priority", "[-1000, 1000]"}},
+      {"PriorityTooLow", Gpu([](auto& s) { s.set_priority(-1001); }), kInvalid, {"spec.priority"}},
+      // env
+      {"EnvLowercaseKey",
+       Gpu([](auto& s) { (*s.mutable_env())["path"] = "x"; }),
+       kInvalid,
+       {"spec.env[\"path\"]", "[A-Z_][A-Z0-9_]*"}},
+      {"EnvKeyStartsWithDigit",
+       Gpu([](auto& s) { (*s.mutable_env())["1X"] = "x"; }),
+       kInvalid,
+       {"spec.env[\"1X\"]"}},
+      {"EnvLoomPrefix",
+       Gpu([](auto& s) { (*s.mutable_env())["LOOM_RANK"] = "3"; }),
+       kInvalid,
+       {"spec.env[\"LOOM_RANK\"]", "LOOM_"}},
+      {"EnvValueTooLong",
+       Gpu([](auto& s) { (*s.mutable_env())["BIG"] = std::string(4097, 'x'); }),
+       kInvalid,
+       {"spec.env[\"BIG\"]", "4097 bytes", "4096"}},
+      {"EnvTooManyEntries",
+       Gpu(
+           [](auto& s) {
+             for (int i = 0; i < 65; ++i) (*s.mutable_env())["V" + std::to_string(i)] = "x";
+           }),
+       kInvalid,
+       {"spec.env", "65 entries", "64"}},
+  };
+  return *cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Rules, BadSpecTest, ::testing::ValuesIn(BadSpecs()),
+                         [](const auto& info) { return info.param.test_name; });
+
+TEST(SpecValidatorTest, AGpuSpecGetsEveryDefault) {
+  auto result = ValidateJobSpec(GpuSpec(), Cluster(16, 0, 2), Files());
+  ASSERT_TRUE(result.ok()) << result.status();
+  const v1::JobSpec& spec = result->spec;
+  EXPECT_EQ(result->device_kind, v1::DEVICE_KIND_GPU);
+  EXPECT_EQ(result->devices, 8);
+  EXPECT_EQ(spec.name(), "demo");
+  EXPECT_EQ(spec.model().preset(), "gpt2-124m");
+  EXPECT_EQ(spec.model().layers(), 12);
+  EXPECT_EQ(spec.model().hidden(), 768);
+  EXPECT_EQ(spec.model().heads(), 12);
+  EXPECT_EQ(spec.model().seq_len(), 1024);
+  EXPECT_EQ(spec.model().vocab(), 50257);
+  EXPECT_EQ(spec.train().seq_len(), 1024);
+  EXPECT_EQ(spec.train().global_batch_tokens(), 1024 * 8 * 8);
+  EXPECT_DOUBLE_EQ(spec.train().lr(), 6e-4);
+  EXPECT_EQ(spec.train().precision(), "bf16");
+  EXPECT_EQ(spec.train().seed(), 1337);
+  EXPECT_DOUBLE_EQ(spec.train().min_lr_ratio(), 0.1);
+  EXPECT_DOUBLE_EQ(spec.train().weight_decay(), 0.1);
+  EXPECT_DOUBLE_EQ(spec.train().grad_clip(), 1.0);
+  EXPECT_DOUBLE_EQ(spec.restart().backoff_seconds(), 1.0);
+  EXPECT_EQ(spec.restart().max_restarts(), 0);
+  EXPECT_EQ(spec.parallelism().micro_batch(), 8);
+  EXPECT_EQ(spec.parallelism().data(), 0) << "auto leaves the sizes to the layout";
+  const v1::Layout& layout = result->layout;
+  EXPECT_EQ(layout.data(), 8);
+  EXPECT_EQ(layout.tensor(), 1);
+  EXPECT_EQ(layout.pipeline(), 1);
+  EXPECT_EQ(layout.micro_batch(), 8);
+  EXPECT_EQ(layout.num_micro_batches(), 1);
+}
+
+TEST(SpecValidatorTest, ACpuSpecDefaultsToFp32AndTheNameJob) {
+  auto result = ValidateJobSpec(CpuSpec(), Cluster(0, 4, 1), Files());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->spec.name(), "job");
+  EXPECT_EQ(result->spec.train().precision(), "fp32");
+  EXPECT_EQ(result->device_kind, v1::DEVICE_KIND_CPU);
+  EXPECT_EQ(result->devices, 4);
+  EXPECT_EQ(result->spec.train().global_batch_tokens(), 64 * 4 * 8);
+}
+
+TEST(SpecValidatorTest, ExplicitLayoutIsKeptAndMissingDataSizeIsInferred) {
+  v1::JobSpec spec = GpuSpec();
+  spec.mutable_parallelism()->set_tensor(2);
+  spec.mutable_parallelism()->set_pipeline(2);
+  spec.mutable_train()->set_global_batch_tokens(1024 * 2 * 12);  // 12 sequences per dp rank
+  auto result = ValidateJobSpec(spec, Cluster(8, 0, 1), Files());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->layout.data(), 2);
+  EXPECT_EQ(result->layout.tensor(), 2);
+  EXPECT_EQ(result->layout.pipeline(), 2);
+  EXPECT_EQ(result->spec.parallelism().data(), 2);
+  // The default micro-batch is the largest divisor of 12 that is at most 8.
+  EXPECT_EQ(result->layout.micro_batch(), 6);
+  EXPECT_EQ(result->layout.num_micro_batches(), 2);
+}
+
+TEST(SpecValidatorTest, MicroBatchDefaultIsTheLargestDivisorUpToEight) {
+  const std::vector<std::pair<int, int>> per_rank_to_micro = {
+      {1, 1}, {5, 5}, {7, 7}, {8, 8}, {9, 3}, {10, 5}, {11, 1}, {16, 8}, {21, 7}};
+  for (const auto& [per_rank, micro] : per_rank_to_micro) {
+    v1::JobSpec spec = CpuSpec();  // seq_len 64, data 4
+    spec.mutable_train()->set_global_batch_tokens(int64_t{64} * 4 * per_rank);
+    auto result = ValidateJobSpec(spec, Cluster(0, 4, 1), Files());
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->layout.micro_batch(), micro) << per_rank << " sequences per rank";
+    EXPECT_EQ(result->layout.micro_batch() * result->layout.num_micro_batches(), per_rank);
+  }
+}
+
+TEST(SpecValidatorTest, DefaultGlobalBatchFitsAGivenMicroBatch) {
+  v1::JobSpec spec = CpuSpec();
+  spec.mutable_parallelism()->set_micro_batch(3);
+  auto result = ValidateJobSpec(spec, Cluster(0, 4, 1), Files());
+  ASSERT_TRUE(result.ok()) << result.status();
+  // 8 sequences per rank rounded up to a multiple of 3.
+  EXPECT_EQ(result->spec.train().global_batch_tokens(), 64 * 4 * 9);
+  EXPECT_EQ(result->layout.micro_batch(), 3);
+  EXPECT_EQ(result->layout.num_micro_batches(), 3);
+}
+
+TEST(SpecValidatorTest, ShorterTrainingSequencesShapeTheBatch) {
+  v1::JobSpec spec = GpuSpec();
+  spec.mutable_train()->set_seq_len(256);
+  auto result = ValidateJobSpec(spec, Cluster(8, 0, 1), Files());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->spec.train().global_batch_tokens(), 256 * 8 * 8);
+}
+
+TEST(SpecValidatorTest, ExplicitDimensionsAreAccepted) {
+  v1::JobSpec spec = CpuSpec();
+  spec.mutable_model()->Clear();
+  spec.mutable_model()->set_layers(3);
+  spec.mutable_model()->set_hidden(96);
+  spec.mutable_model()->set_heads(6);
+  spec.mutable_model()->set_seq_len(32);
+  spec.mutable_model()->set_vocab(300);
+  *spec.mutable_parallelism() = Explicit(spec, 2, 2, 1).parallelism();
+  auto result = ValidateJobSpec(spec, Cluster(0, 4, 1), Files());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->spec.train().seq_len(), 32);
+  EXPECT_EQ(result->layout.tensor(), 2);
+}
+
+TEST(SpecValidatorTest, UserValuesAreKept) {
+  v1::JobSpec spec = GpuSpec();
+  spec.mutable_train()->set_lr(3e-4);
+  spec.mutable_train()->set_seed(7);
+  spec.mutable_train()->set_precision("fp32");
+  spec.mutable_restart()->set_max_restarts(3);
+  spec.mutable_restart()->set_backoff_seconds(2.5);
+  spec.set_priority(-1000);
+  (*spec.mutable_env())["HF_HOME"] = "/cache";
+  (*spec.mutable_env())["_UNDER"] = "";
+  spec.mutable_data()->set_val_path("/data/val.bin");
+  auto result = ValidateJobSpec(spec, Cluster(8, 0, 1), Files());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_DOUBLE_EQ(result->spec.train().lr(), 3e-4);
+  EXPECT_EQ(result->spec.train().seed(), 7);
+  EXPECT_EQ(result->spec.train().precision(), "fp32");
+  EXPECT_EQ(result->spec.restart().max_restarts(), 3);
+  EXPECT_DOUBLE_EQ(result->spec.restart().backoff_seconds(), 2.5);
+  EXPECT_EQ(result->spec.env().at("HF_HOME"), "/cache");
+}
+
+TEST(SpecValidatorTest, ValidatingAValidatedSpecChangesNothing) {
+  for (v1::JobSpec spec : {GpuSpec(), CpuSpec(), Explicit(GpuSpec(), 2, 2, 2)}) {
+    const ClusterCapacity cluster = Cluster(8, 4, 1);
+    auto first = ValidateJobSpec(spec, cluster, Files());
+    ASSERT_TRUE(first.ok()) << first.status();
+    auto second = ValidateJobSpec(first->spec, cluster, Files());
+    ASSERT_TRUE(second.ok()) << second.status();
+    EXPECT_TRUE(MessageDifferencer::Equals(first->spec, second->spec));
+    EXPECT_TRUE(MessageDifferencer::Equals(first->layout, second->layout));
+  }
+}
+
+TEST(SpecValidatorTest, InvalidArgumentComesBeforeCapacity) {
+  v1::JobSpec spec = GpuSpec();
+  spec.mutable_resources()->set_gpus(64);  // too many for the cluster
+  spec.mutable_train()->set_steps(0);      // and wrong anyway
+  auto result = ValidateJobSpec(spec, Cluster(8, 0, 1), Files());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(result.status().message()), HasSubstr("spec.train.steps"));
+}
+
+TEST(SpecValidatorTest, AClusterWithoutGpusSaysSo) {
+  auto result = ValidateJobSpec(GpuSpec(), Cluster(0, 4, 1), Files());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(result.status().message(),
+            "spec.resources.gpus: 8 requested but the cluster has no GPUs on 1 ready node; add "
+            "nodes with GPUs or ask for cpu_devices instead");
+}
+
+TEST(SpecValidatorTest, CapacityCountsOnlyReadyNodes) {
+  std::vector<v1::Node> nodes = {store::testing::MakeNode("a", 3), store::testing::MakeNode("b", 5),
+                                 store::testing::MakeNode("lost", 16, v1::NODE_STATE_LOST)};
+  v1::Device* gpu = nodes[0].add_devices();
+  gpu->set_kind(v1::DEVICE_KIND_GPU);
+  gpu->set_index(0);
+  const ClusterCapacity capacity = CapacityOf(nodes);
+  EXPECT_EQ(capacity.ready_nodes, 2);
+  EXPECT_EQ(capacity.cpu.total, 8);
+  EXPECT_EQ(capacity.cpu.max_per_node, 5);
+  EXPECT_EQ(capacity.gpu.total, 1);
+  EXPECT_EQ(capacity.gpu.max_per_node, 1);
+}
+
+TEST(ModelPresetsTest, MatchTheRankContract) {
+  ASSERT_EQ(ModelPresets().size(), 6u);
+  EXPECT_EQ(ModelPresetNames(), "tiny, small, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b");
+  const std::optional<ModelDims> xl = FindModelPreset("gpt2-1.5b");
+  ASSERT_TRUE(xl.has_value());
+  EXPECT_EQ(xl->layers, 48);
+  EXPECT_EQ(xl->hidden, 1600);
+  EXPECT_EQ(xl->heads, 25);
+  EXPECT_FALSE(FindModelPreset("GPT2-124M").has_value());
+  for (const ModelPreset& preset : ModelPresets()) {
+    EXPECT_EQ(preset.dims.hidden % preset.dims.heads, 0) << preset.name;
+  }
+}
+
+class LocalFileProbeTest : public ::testing::Test {
+ protected:
+  store::testing::TempDir dir_;
+  LocalFileProbe probe_;
+};
+
+TEST_F(LocalFileProbeTest, AcceptsAReadableFileAndExplainsTheRest) {
+  const std::string file = dir_.File("train.bin");
+  std::ofstream(file) << "tokens";
+  EXPECT_TRUE(probe_.CheckReadableFile(file).ok());
+  absl::Status missing = probe_.CheckReadableFile(dir_.File("missing.bin"));
+  EXPECT_FALSE(missing.ok());
+  EXPECT_THAT(std::string(missing.message()), HasSubstr("no such file"));
+  absl::Status directory = probe_.CheckReadableFile(dir_.path());
+  EXPECT_FALSE(directory.ok());
+  EXPECT_THAT(std::string(directory.message()), HasSubstr("directory"));
+}
+
+}  // namespace
+}  // namespace loom::jobs
