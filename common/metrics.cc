@@ -83,8 +83,7 @@ std::vector<double> LinearBuckets(double start, double width, int count) {
 struct Registry::Series {
   Labels labels;  // sorted by name, values valid UTF-8
   bool exported = true;
-  std::variant<std::unique_ptr<Counter>, std::unique_ptr<Gauge>, std::unique_ptr<Histogram>>
-      metric;
+  std::variant<std::unique_ptr<Counter>, std::unique_ptr<Gauge>, std::unique_ptr<Histogram>> metric;
 };
 
 struct Registry::Family {
@@ -248,8 +247,7 @@ Registry::Registry() = default;
 Registry::~Registry() = default;
 
 Registry::Series* Registry::FindOrCreate(std::string_view name, std::string_view help, Type type,
-                                         const std::vector<double>* buckets,
-                                         const Labels& labels) {
+                                         const std::vector<double>* buckets, const Labels& labels) {
   auto make_series = [&](Labels normalized) {
     auto s = std::make_unique<Series>();
     s->labels = std::move(normalized);
@@ -305,9 +303,8 @@ Registry::Series* Registry::FindOrCreate(std::string_view name, std::string_view
     } else {
       family = it->second.get();
       if (family->type != type) {
-        error = std::string("already registered as a ") +
-                TypeName(static_cast<int>(family->type)) + ", asked for a " +
-                TypeName(static_cast<int>(type));
+        error = std::string("already registered as a ") + TypeName(static_cast<int>(family->type)) +
+                ", asked for a " + TypeName(static_cast<int>(type));
       } else if (family->bounds != bounds) {
         error = "already registered with other histogram buckets";
       }
@@ -328,8 +325,7 @@ Registry::Series* Registry::FindOrCreate(std::string_view name, std::string_view
   return sit->second.get();
 }
 
-Counter& Registry::GetCounter(std::string_view name, std::string_view help,
-                              const Labels& labels) {
+Counter& Registry::GetCounter(std::string_view name, std::string_view help, const Labels& labels) {
   return *std::get<std::unique_ptr<Counter>>(
       FindOrCreate(name, help, Type::kCounter, nullptr, labels)->metric);
 }

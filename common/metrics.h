@@ -124,7 +124,8 @@ class Registry {
   void AddCollectHook(std::function<void()> hook);
 
   // The text exposition format 0.0.4: per metric name (sorted by name) one # HELP and one # TYPE
-  // line, then its series sorted by their label values; label values and help text escaped.
+  // line, then its series sorted by their labels (name, then value); label values and help text
+  // escaped.
   std::string Serialize();
 
  private:
@@ -132,7 +133,8 @@ class Registry {
   struct Series;
   struct Family;
 
-  // Returns the series for (name, labels), creating it; nullptr on a programming error (logged).
+  // Returns the series for (name, labels), creating it; on a programming error (logged), a
+  // detached dummy series kept in dummies_.
   Series* FindOrCreate(std::string_view name, std::string_view help, Type type,
                        const std::vector<double>* buckets, const Labels& labels);
 

@@ -7,9 +7,9 @@
 // Design: one thread runs a poll() loop over the listening socket and every open connection
 // (non-blocking sockets, per-connection buffers). Because no connection is ever read with a
 // blocking call, a client that connects and sends nothing — or trickles bytes — cannot delay
-// anyone else's scrape. Bounds: 8 KiB of request head (431 beyond), 64 open connections (new
-// ones are closed at once beyond that), and a 5 s deadline per connection after which it is
-// dropped. Query strings are ignored (/metrics?x=y is /metrics).
+// anyone else's scrape. Bounds: 8 KiB of request head (431 beyond), 64 open connections (beyond
+// that the oldest is dropped to make room, so a fresh scrape always gets in), and a 5 s deadline
+// per connection after which it is dropped. Query strings are ignored (/metrics?x=y is /metrics).
 #pragma once
 
 #include <atomic>
@@ -42,12 +42,12 @@ class MetricsHttpServer {
   std::string address() const;
 
  private:
-  MetricsHttpServer(int listen_fd, int wake_read_fd, int wake_write_fd, std::string host,
-                    int port, Registry* registry);
+  MetricsHttpServer(int listen_fd, int wake_read_fd, int wake_write_fd, std::string host, int port,
+                    Registry* registry);
   void Loop();  // runs on loop_thread_ until stopping_
 
   const int listen_fd_;
-  const int wake_read_fd_;   // the destructor writes to wake_write_fd_ to end Loop()'s poll()
+  const int wake_read_fd_;  // the destructor writes to wake_write_fd_ to end Loop()'s poll()
   const int wake_write_fd_;
   const std::string host_;
   const int port_;

@@ -10,7 +10,7 @@ namespace {
 
 absl::Status Bad(std::string_view s, std::string_view why) {
   return absl::InvalidArgumentError(
-      absl::StrCat("invalid address \"", s, "\": ", why,
+      absl::StrCat("invalid address \"", std::string(s), "\": ", std::string(why),
                    "; expected HOST:PORT such as 127.0.0.1:50051, [::1]:50051 or localhost:50051"));
 }
 
@@ -21,7 +21,7 @@ bool IsHostNameChar(char c) {
 
 bool IsIpv6LiteralChar(char c) {
   return (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') || (c >= '0' && c <= '9') || c == ':' ||
-         c == '.' || c == '%';  // '.' for v4-mapped forms, '%' for a zone ("fe80::1%eth0")
+         c == '.';  // '.' for v4-mapped forms such as ::ffff:127.0.0.1
 }
 
 }  // namespace
@@ -35,12 +35,16 @@ absl::StatusOr<HostPort> ParseHostPort(std::string_view s) {
     if (close == std::string_view::npos) return Bad(s, "'[' without a closing ']'");
     host = s.substr(1, close - 1);
     if (host.empty()) return Bad(s, "the host is empty");
-    for (char c : host) {
-      if (!IsIpv6LiteralChar(c) && !(host.find('%') < host.size() && IsHostNameChar(c))) {
-        return Bad(s, "the bracketed host is not an IPv6 address");
-      }
-    }
-    if (host.find(':') == std::string_view::npos) {
+    // An address, optionally followed by a zone ("fe80::1%eth0") whose name is free-form.
+    const size_t zone = host.find('%');
+    const std::string_view addr = host.substr(0, zone);
+    const std::string_view zone_name =
+        zone == std::string_view::npos ? std::string_view() : host.substr(zone + 1);
+    bool ok = addr.find(':') != std::string_view::npos;
+    for (char c : addr) ok = ok && IsIpv6LiteralChar(c);
+    for (char c : zone_name) ok = ok && IsHostNameChar(c);
+    if (zone != std::string_view::npos && zone_name.empty()) ok = false;
+    if (!ok) {
       return Bad(s, "the bracketed host is not an IPv6 address");
     }
     const std::string_view rest = s.substr(close + 1);
@@ -73,8 +77,9 @@ absl::StatusOr<HostPort> ParseHostPort(std::string_view s) {
 }
 
 std::string FormatHostPort(std::string_view host, int port) {
-  if (host.find(':') != std::string_view::npos) return absl::StrCat("[", host, "]:", port);
-  return absl::StrCat(host, ":", port);
+  if (host.find(':') != std::string_view::npos)
+    return absl::StrCat("[", std::string(host), "]:", port);
+  return absl::StrCat(std::string(host), ":", port);
 }
 
 std::string FormatHostPort(const HostPort& hp) { return FormatHostPort(hp.host, hp.port); }
