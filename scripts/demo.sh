@@ -3,6 +3,9 @@
 # examples/demo.yaml (a tiny GPT on the built-in corpus) and follows it to the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# gcc's OpenMP spins while waiting by default, which on a shared or small machine makes the
+# CPU kernels many times slower (docs/benchmarks.md); waiting threads should sleep instead.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 
 bash scripts/setup.sh
 bash scripts/build.sh

@@ -3,6 +3,9 @@
 # (which start real loomd and loom-worker processes) one at a time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# gcc's OpenMP spins while waiting by default, which on a shared or small machine makes the
+# CPU kernels many times slower (docs/benchmarks.md); waiting threads should sleep instead.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 
 bash scripts/setup.sh
 bash scripts/build.sh
