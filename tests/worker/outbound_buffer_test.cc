@@ -1,0 +1,133 @@
+// OutboundBuffer: order across kinds, bounds that drop logs and steps but never statuses, the
+// in-flight accounting, and the re-sending of EXITED statuses after a reconnect.
+#include "worker/agent/outbound_buffer.h"
+
+#include <thread>
+
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+
+namespace loom::worker {
+namespace {
+
+v1::RankStatus Status(int rank, v1::RankPhase phase) {
+  v1::RankStatus s;
+  s.set_job("jobs/a");
+  s.set_rank(rank);
+  s.set_phase(phase);
+  return s;
+}
+
+v1::LogChunk Logs(int rank, int lines, size_t bytes_per_line = 10) {
+  v1::LogChunk c;
+  c.set_rank(rank);
+  for (int i = 0; i < lines; ++i) c.add_lines(std::string(bytes_per_line, 'x'));
+  return c;
+}
+
+v1::WorkerMessage PopNow(OutboundBuffer& b) {
+  auto m = b.Pop(absl::Now());
+  EXPECT_TRUE(m.has_value());
+  b.MarkSent(*m);
+  return m.value_or(v1::WorkerMessage());
+}
+
+TEST(OutboundBufferTest, KeepsTheOrderAcrossKinds) {
+  OutboundBuffer b;
+  b.OnRankStatus(Status(0, v1::RANK_PHASE_RUNNING));
+  b.OnLogChunk(Logs(0, 1));
+  v1::StepReport step;
+  step.set_step(1);
+  b.OnStepReport(step);
+  b.OnRankStatus(Status(0, v1::RANK_PHASE_EXITED));
+  EXPECT_TRUE(PopNow(b).has_rank_status());
+  EXPECT_TRUE(PopNow(b).has_logs());
+  EXPECT_TRUE(PopNow(b).has_step());
+  EXPECT_EQ(PopNow(b).rank_status().phase(), v1::RANK_PHASE_EXITED);
+  EXPECT_FALSE(b.Pop(absl::Now()).has_value());
+  EXPECT_TRUE(b.WaitDrained(absl::Now()));
+}
+
+TEST(OutboundBufferTest, BoundsLogsAndStepsButNeverDropsStatuses) {
+  OutboundLimits limits;
+  limits.max_log_bytes = 1000;
+  limits.max_step_reports = 3;
+  OutboundBuffer b(limits);
+  for (int i = 0; i < 100; ++i) {
+    b.OnLogChunk(Logs(i, 5, 20));
+    v1::StepReport step;
+    step.set_step(i);
+    b.OnStepReport(step);
+    b.OnRankStatus(Status(i, v1::RANK_PHASE_EXITED));
+  }
+  EXPECT_GT(b.dropped_logs(), 90);
+  EXPECT_EQ(b.dropped_steps(), 97);
+  int statuses = 0, last_step = -1, last_log_rank = -1;
+  while (auto m = b.Pop(absl::Now())) {
+    b.MarkSent(*m);
+    if (m->has_rank_status()) {
+      EXPECT_EQ(m->rank_status().rank(), statuses++);
+    }
+    if (m->has_step()) last_step = m->step().step();
+    if (m->has_logs()) last_log_rank = m->logs().rank();
+  }
+  EXPECT_EQ(statuses, 100);
+  EXPECT_EQ(last_step, 99);      // the newest survive
+  EXPECT_EQ(last_log_rank, 99);
+}
+
+TEST(OutboundBufferTest, UnpopPutsAMessageBackFirst) {
+  OutboundBuffer b;
+  b.OnRankStatus(Status(1, v1::RANK_PHASE_RUNNING));
+  b.OnRankStatus(Status(2, v1::RANK_PHASE_RUNNING));
+  auto m = b.Pop(absl::Now());
+  ASSERT_TRUE(m.has_value());
+  EXPECT_FALSE(b.WaitDrained(absl::Now()));  // one in flight
+  b.Unpop(*m);
+  EXPECT_EQ(PopNow(b).rank_status().rank(), 1);
+  EXPECT_EQ(PopNow(b).rank_status().rank(), 2);
+}
+
+TEST(OutboundBufferTest, RequeuesSentExitsAfterAReconnect) {
+  OutboundBuffer b;
+  b.OnRankStatus(Status(0, v1::RANK_PHASE_RUNNING));
+  b.OnRankStatus(Status(0, v1::RANK_PHASE_EXITED));
+  b.OnRankStatus(Status(1, v1::RANK_PHASE_EXITED));
+  for (int i = 0; i < 3; ++i) PopNow(b);
+  b.OnLogChunk(Logs(5, 1));  // produced while disconnected
+  b.RequeueSentExits();
+  EXPECT_EQ(PopNow(b).rank_status().rank(), 0);
+  EXPECT_EQ(PopNow(b).rank_status().rank(), 1);
+  EXPECT_TRUE(PopNow(b).has_logs());
+  b.RequeueSentExits();  // only what was written since the last requeue
+  EXPECT_EQ(PopNow(b).rank_status().rank(), 0);
+  EXPECT_EQ(PopNow(b).rank_status().rank(), 1);
+  EXPECT_FALSE(b.Pop(absl::Now()).has_value());
+}
+
+TEST(OutboundBufferTest, PopWakesForNewMessagesAndCancel) {
+  OutboundBuffer b;
+  std::thread producer([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    b.OnRankStatus(Status(7, v1::RANK_PHASE_RUNNING));
+  });
+  auto m = b.Pop(absl::Now() + absl::Seconds(10));
+  producer.join();
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->rank_status().rank(), 7);
+  b.MarkSent(*m);
+
+  std::atomic<bool> cancel{false};
+  std::thread canceller([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    cancel.store(true);
+    b.Wake();
+  });
+  const absl::Time start = absl::Now();
+  EXPECT_FALSE(b.Pop(absl::Now() + absl::Seconds(10), &cancel).has_value());
+  canceller.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+}  // namespace
+}  // namespace loom::worker

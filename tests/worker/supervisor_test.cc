@@ -1,0 +1,389 @@
+// Supervisor with real child processes: /bin/sh scripts are the rank programs.
+#include "worker/agent/supervisor.h"
+
+#include <signal.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/worker/rank_event_recorder.h"
+#include "worker/agent/node_identity.h"
+#include "worker/agent/rank_environment.h"
+
+namespace loom::worker {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using testing::RankEventRecorder;
+using Events = RankEventRecorder::Events;
+
+// Alive and not a zombie.
+bool ProcessAlive(pid_t pid) {
+  if (pid <= 0 || ::kill(pid, 0) != 0) return false;
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string content((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t paren = content.rfind(')');
+  return paren == std::string::npos || paren + 2 >= content.size() || content[paren + 2] != 'Z';
+}
+
+bool WaitGone(pid_t pid, absl::Duration timeout = absl::Seconds(3)) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (ProcessAlive(pid)) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return true;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class SupervisorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "loom-sup-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    supervisor_.reset();  // stops whatever still runs
+    std::filesystem::remove_all(dir_);
+  }
+
+  Supervisor& Start(const std::string& script, absl::Duration grace = absl::Seconds(2),
+                    const std::string& program = "/bin/sh") {
+    SupervisorOptions o;
+    o.work_dir = dir_;
+    o.rank_program = program;
+    o.rank_args = {"-c", script};
+    o.stop_grace = grace;
+    o.devices = CpuDevices(4);
+    o.inherited_env = {{"PATH", "/usr/bin:/bin"}};
+    o.log_flush_interval = absl::Milliseconds(20);
+    supervisor_ = std::make_unique<Supervisor>(o, &recorder_);
+    EXPECT_TRUE(supervisor_->Start().ok());
+    return *supervisor_;
+  }
+
+  static v1::Assignment Job(const std::string& name, int64_t generation, int ranks,
+                            std::map<std::string, std::string> env = {}) {
+    v1::Assignment a;
+    a.set_job(absl::StrCat("jobs/", name));
+    a.set_generation(generation);
+    a.set_world_size(ranks);
+    a.set_num_nodes(1);
+    a.mutable_layout()->set_data(ranks);
+    a.mutable_layout()->set_tensor(1);
+    a.mutable_layout()->set_pipeline(1);
+    a.mutable_layout()->set_micro_batch(1);
+    a.mutable_layout()->set_num_micro_batches(1);
+    a.set_rendezvous_address("127.0.0.1:9");
+    for (int i = 0; i < ranks; ++i) {
+      v1::RankAssignment* r = a.add_ranks();
+      r->set_rank(i);
+      r->set_local_rank(i);
+      r->set_device_index(i);
+      r->set_device_kind(v1::DEVICE_KIND_CPU);
+    }
+    for (auto& [k, v] : env) (*a.mutable_spec()->mutable_env())[k] = v;
+    a.mutable_spec()->set_name(name);
+    return a;
+  }
+
+  bool WaitExits(const std::string& job, int n, absl::Duration timeout = absl::Seconds(20)) {
+    return recorder_.WaitFor([&](const Events& e) { return e.CountExits(job) >= n; }, timeout);
+  }
+  bool WaitRunning(const std::string& job, int n) {
+    return recorder_.WaitFor([&](const Events& e) {
+      int running = 0;
+      for (const auto& s : e.statuses) {
+        running += s.job() == job && s.phase() == v1::RANK_PHASE_RUNNING;
+      }
+      return running >= n;
+    });
+  }
+
+  std::string dir_;
+  RankEventRecorder recorder_;
+  std::unique_ptr<Supervisor> supervisor_;
+};
+
+TEST_F(SupervisorTest, EnvironmentIsExactlyTheContract) {
+  Supervisor& s = Start(R"(env > "$LOOM_WORK_DIR/env.$LOOM_RANK")");
+  const v1::Assignment a = Job("envjob", 3, 2, {{"FOO", "bar baz"}});
+  s.Assign(a);
+  ASSERT_TRUE(WaitExits("jobs/envjob", 2));
+  const std::string job_dir = dir_ + "/jobs/envjob";
+  RankPaths paths{job_dir, job_dir + "/spec.json", job_dir + "/checkpoints"};
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(recorder_.Snapshot().Exit("jobs/envjob", rank)->exit_class(),
+              v1::EXIT_CLASS_SUCCESS);
+    std::map<std::string, std::string> got;
+    std::istringstream in(ReadFile(absl::StrCat(job_dir, "/env.", rank)));
+    for (std::string line; std::getline(in, line);) {
+      const size_t eq = line.find('=');
+      ASSERT_NE(eq, std::string::npos) << line;
+      got[line.substr(0, eq)] = line.substr(eq + 1);
+    }
+    got.erase("PWD");  // added by the shell itself
+    std::map<std::string, std::string> expected = BuildRankEnvironment(a, a.ranks(rank), paths);
+    expected["PATH"] = "/usr/bin:/bin";
+    EXPECT_EQ(got, expected);
+    EXPECT_EQ(got["LOOM_RANK"], absl::StrCat(rank));
+    EXPECT_EQ(got["LOOM_JOB_GENERATION"], "3");
+  }
+  const std::string spec = ReadFile(job_dir + "/spec.json");
+  EXPECT_THAT(spec, HasSubstr("\"name\": \"envjob\""));
+  EXPECT_THAT(spec, HasSubstr("\"max_restarts\": 0"));  // defaults are printed
+  EXPECT_TRUE(std::filesystem::is_directory(job_dir + "/checkpoints"));
+}
+
+TEST_F(SupervisorTest, StdoutBecomesLogsAndProgressBecomesSteps) {
+  Supervisor& s = Start(R"(
+    echo out1; echo out2; echo err1 >&2
+    echo '{"event":"step","rank":9,"step":1,"total_steps":2,"loss":2.5}' >&3
+    echo 'garbage' >&3
+    echo '{"event":"checkpoint","step":1,"dir":"x"}' >&3
+    echo '{"event":"eval","step":1,"val_loss":2.25}' >&3
+    printf 'no newline at end')");
+  s.Assign(Job("logs", 1, 1));
+  ASSERT_TRUE(WaitExits("jobs/logs", 1));
+  const Events e = recorder_.Snapshot();
+  EXPECT_THAT(e.Lines("jobs/logs", 0, "stdout"), ElementsAre("out1", "out2", "no newline at end"));
+  EXPECT_THAT(e.Lines("jobs/logs", 0, "stderr"), ElementsAre("err1"));
+  ASSERT_EQ(e.steps.size(), 2u);
+  EXPECT_EQ(e.steps[0].job(), "jobs/logs");
+  EXPECT_EQ(e.steps[0].generation(), 1);
+  EXPECT_EQ(e.steps[0].rank(), 0);  // from the worker, not from the line
+  EXPECT_EQ(e.steps[0].step(), 1);
+  EXPECT_DOUBLE_EQ(e.steps[0].loss(), 2.5);
+  EXPECT_TRUE(e.steps[1].has_val_loss());
+  ASSERT_EQ(e.statuses.size(), 3u);
+  EXPECT_EQ(e.statuses[0].phase(), v1::RANK_PHASE_STARTING);
+  EXPECT_EQ(e.statuses[1].phase(), v1::RANK_PHASE_RUNNING);
+  EXPECT_GT(e.statuses[1].pid(), 0);
+  EXPECT_EQ(e.statuses[2].phase(), v1::RANK_PHASE_EXITED);
+  EXPECT_EQ(e.statuses[2].exit_class(), v1::EXIT_CLASS_SUCCESS);
+  EXPECT_EQ(s.stats().launches, 1);
+  EXPECT_EQ(s.stats().exits_success, 1);
+}
+
+TEST_F(SupervisorTest, ClassifiesExitCodesAndSignals) {
+  Supervisor& s = Start(R"(
+    echo "last words" >&2
+    case "$MODE" in kill) kill -KILL $$ ;; *) exit "$MODE" ;; esac)");
+  for (const char* mode : {"0", "2", "3", "kill"}) {
+    s.Assign(Job(absl::StrCat("exit-", mode), 1, 1, {{"MODE", mode}}));
+  }
+  for (const char* mode : {"0", "2", "3", "kill"}) {
+    ASSERT_TRUE(WaitExits(absl::StrCat("jobs/exit-", mode), 1)) << mode;
+  }
+  const Events e = recorder_.Snapshot();
+  const v1::RankStatus* ok = e.Exit("jobs/exit-0", 0);
+  EXPECT_EQ(ok->exit_class(), v1::EXIT_CLASS_SUCCESS);
+  const v1::RankStatus* permanent = e.Exit("jobs/exit-2", 0);
+  EXPECT_EQ(permanent->exit_class(), v1::EXIT_CLASS_PERMANENT);
+  EXPECT_EQ(permanent->exit_code(), 2);
+  EXPECT_EQ(permanent->message(), "exit code 2: last words");
+  const v1::RankStatus* retry = e.Exit("jobs/exit-3", 0);
+  EXPECT_EQ(retry->exit_class(), v1::EXIT_CLASS_RETRYABLE);
+  EXPECT_EQ(retry->message(), "exit code 3: last words");
+  const v1::RankStatus* killed = e.Exit("jobs/exit-kill", 0);
+  EXPECT_EQ(killed->exit_class(), v1::EXIT_CLASS_RETRYABLE);
+  EXPECT_EQ(killed->signal(), SIGKILL);
+  EXPECT_EQ(killed->message(), "killed by signal 9 (SIGKILL): last words");
+  const SupervisorStats stats = s.stats();
+  EXPECT_EQ(stats.exits_success, 1);
+  EXPECT_EQ(stats.exits_permanent, 1);
+  EXPECT_EQ(stats.exits_retryable, 2);
+}
+
+TEST_F(SupervisorTest, OneRankFailingStopsTheOthers) {
+  Supervisor& s = Start(R"(
+    if [ "$LOOM_RANK" = 1 ]; then sleep 0.3; echo dying >&2; exit 3; fi
+    exec sleep 60)");
+  const absl::Time start = absl::Now();
+  s.Assign(Job("gang", 1, 3));
+  ASSERT_TRUE(WaitExits("jobs/gang", 3));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  const Events e = recorder_.Snapshot();
+  EXPECT_EQ(e.Exit("jobs/gang", 1)->exit_class(), v1::EXIT_CLASS_RETRYABLE);
+  EXPECT_EQ(e.Exit("jobs/gang", 1)->message(), "exit code 3: dying");
+  for (int rank : {0, 2}) {
+    const v1::RankStatus* st = e.Exit("jobs/gang", rank);
+    EXPECT_EQ(st->exit_class(), v1::EXIT_CLASS_STOPPED);
+    EXPECT_EQ(st->signal(), SIGTERM);
+    EXPECT_THAT(st->message(), HasSubstr("rank 1 failed"));
+    EXPECT_TRUE(WaitGone(st->pid()));
+  }
+  EXPECT_EQ(s.stats().exits_stopped, 2);
+  EXPECT_THAT(s.RunningJobs(), IsEmpty());
+}
+
+TEST_F(SupervisorTest, CancelStopsEveryRank) {
+  Supervisor& s = Start("exec sleep 60");
+  s.Assign(Job("cancel", 4, 2));
+  ASSERT_TRUE(WaitRunning("jobs/cancel", 2));
+  std::vector<v1::RunningJob> running = s.RunningJobs();
+  ASSERT_EQ(running.size(), 1u);
+  EXPECT_EQ(running[0].job(), "jobs/cancel");
+  EXPECT_EQ(running[0].generation(), 4);
+  EXPECT_THAT(running[0].ranks(), ElementsAre(0, 1));
+  s.Cancel("jobs/cancel", 3, "stale generation: ignored");
+  s.Cancel("jobs/cancel", 4, "user asked");
+  ASSERT_TRUE(WaitExits("jobs/cancel", 2));
+  const Events e = recorder_.Snapshot();
+  for (int rank : {0, 1}) {
+    const v1::RankStatus* st = e.Exit("jobs/cancel", rank);
+    EXPECT_EQ(st->exit_class(), v1::EXIT_CLASS_STOPPED);
+    EXPECT_THAT(st->message(), HasSubstr("cancelled: user asked"));
+  }
+  EXPECT_THAT(s.RunningJobs(), IsEmpty());
+}
+
+TEST_F(SupervisorTest, RankIgnoringSigtermIsKilledAfterTheGrace) {
+  Supervisor& s = Start(R"(trap '' TERM; echo ready; while :; do sleep 0.05; done)",
+                        absl::Milliseconds(500));
+  s.Assign(Job("stubborn", 1, 1));
+  ASSERT_TRUE(recorder_.WaitFor([](const Events& e) {
+    return !e.Lines("jobs/stubborn", 0, "stdout").empty();
+  }));
+  const absl::Time start = absl::Now();
+  s.Cancel("jobs/stubborn", 0, "test");
+  ASSERT_TRUE(WaitExits("jobs/stubborn", 1));
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_GE(took, absl::Milliseconds(450));
+  EXPECT_LT(took, absl::Seconds(5));
+  const Events e = recorder_.Snapshot();
+  const v1::RankStatus* st = e.Exit("jobs/stubborn", 0);
+  EXPECT_EQ(st->signal(), SIGKILL);
+  EXPECT_EQ(st->exit_class(), v1::EXIT_CLASS_STOPPED);
+}
+
+TEST_F(SupervisorTest, MissingProgramIsPermanent) {
+  Supervisor& s = Start("", absl::Seconds(1), "/nonexistent/loom-train");
+  s.Assign(Job("noexec", 1, 2));
+  ASSERT_TRUE(WaitExits("jobs/noexec", 2));
+  const Events e = recorder_.Snapshot();
+  const v1::RankStatus* first = e.Exit("jobs/noexec", 0);
+  EXPECT_EQ(first->exit_class(), v1::EXIT_CLASS_PERMANENT);
+  EXPECT_EQ(first->exit_code(), 127);
+  EXPECT_EQ(first->message(), "exec /nonexistent/loom-train: No such file or directory");
+  const v1::RankStatus* second = e.Exit("jobs/noexec", 1);
+  EXPECT_EQ(second->exit_class(), v1::EXIT_CLASS_STOPPED);
+  EXPECT_THAT(second->message(), HasSubstr("not started"));
+  EXPECT_EQ(s.stats().launches, 0);
+}
+
+TEST_F(SupervisorTest, ShutdownLeavesNoProcessOfTheGroupAlive) {
+  // Each rank leaves a grandchild that ignores SIGTERM: only the group SIGKILL ends it.
+  Supervisor& s = Start(R"(
+    sh -c 'trap "" TERM; exec sleep 300' &
+    echo $! > "$LOOM_WORK_DIR/child.$LOOM_RANK"
+    wait)");
+  s.Assign(Job("orphans", 1, 2));
+  ASSERT_TRUE(WaitRunning("jobs/orphans", 2));
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string file = absl::StrCat(dir_, "/jobs/orphans/child.", rank);
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (ReadFile(file).empty() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+    ASSERT_FALSE(ReadFile(file).empty()) << file;
+    pids.push_back(std::stoi(ReadFile(file)));
+  }
+  for (const v1::RankStatus& st : recorder_.Snapshot().statuses) {
+    if (st.phase() == v1::RANK_PHASE_RUNNING) pids.push_back(st.pid());
+  }
+  ASSERT_EQ(pids.size(), 4u);
+  for (pid_t pid : pids) EXPECT_TRUE(ProcessAlive(pid)) << pid;
+  s.Shutdown();
+  const Events e = recorder_.Snapshot();
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_NE(e.Exit("jobs/orphans", rank), nullptr);
+    EXPECT_EQ(e.Exit("jobs/orphans", rank)->exit_class(), v1::EXIT_CLASS_STOPPED);
+  }
+  for (pid_t pid : pids) EXPECT_TRUE(WaitGone(pid)) << pid;
+  s.Assign(Job("after-shutdown", 1, 1));  // ignored, not a crash
+}
+
+TEST_F(SupervisorTest, RepeatedAndNewerGenerations) {
+  Supervisor& s = Start("exec sleep 60");
+  s.Assign(Job("gen", 1, 1));
+  ASSERT_TRUE(WaitRunning("jobs/gen", 1));
+  s.Assign(Job("gen", 1, 1));  // the same generation again: nothing happens
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(s.stats().launches, 1);
+  s.Assign(Job("gen", 2, 1));  // newer: generation 1 is stopped first
+  ASSERT_TRUE(WaitRunning("jobs/gen", 2));
+  s.Assign(Job("gen", 1, 1));  // stale: ignored
+  absl::SleepFor(absl::Milliseconds(200));
+  const Events e = recorder_.Snapshot();
+  ASSERT_EQ(e.CountExits("jobs/gen"), 1);
+  const v1::RankStatus* old = e.Exit("jobs/gen", 0);
+  EXPECT_EQ(old->generation(), 1);
+  EXPECT_EQ(old->exit_class(), v1::EXIT_CLASS_STOPPED);
+  EXPECT_THAT(old->message(), HasSubstr("superseded by generation 2"));
+  // Generation 2 started only after generation 1 had exited.
+  int exit_index = -1, second_run_index = -1;
+  for (size_t i = 0; i < e.statuses.size(); ++i) {
+    if (e.statuses[i].phase() == v1::RANK_PHASE_EXITED) exit_index = static_cast<int>(i);
+    if (e.statuses[i].generation() == 2 && e.statuses[i].phase() == v1::RANK_PHASE_STARTING) {
+      second_run_index = static_cast<int>(i);
+    }
+  }
+  EXPECT_LT(exit_index, second_run_index);
+  std::vector<v1::RunningJob> running = s.RunningJobs();
+  ASSERT_EQ(running.size(), 1u);
+  EXPECT_EQ(running[0].generation(), 2);
+  EXPECT_EQ(s.stats().launches, 2);
+}
+
+TEST_F(SupervisorTest, InvalidAssignmentsArePermanentFailures) {
+  Supervisor& s = Start("exit 0");
+  v1::Assignment dup = Job("dup", 1, 2);
+  dup.mutable_ranks(1)->set_rank(0);
+  s.Assign(dup);
+  v1::Assignment unknown_device = Job("nodev", 1, 1);
+  unknown_device.mutable_ranks(0)->set_device_index(42);
+  s.Assign(unknown_device);
+  v1::Assignment absurd = Job("absurd", 1, 1);
+  absurd.set_world_size(2000000000);
+  s.Assign(absurd);
+  ASSERT_TRUE(WaitExits("jobs/dup", 1));
+  ASSERT_TRUE(WaitExits("jobs/nodev", 1));
+  ASSERT_TRUE(WaitExits("jobs/absurd", 1));
+  const Events e = recorder_.Snapshot();
+  EXPECT_EQ(e.CountExits("jobs/dup"), 1);  // one status per distinct rank
+  EXPECT_EQ(e.Exit("jobs/dup", 0)->exit_class(), v1::EXIT_CLASS_PERMANENT);
+  EXPECT_THAT(e.Exit("jobs/dup", 0)->message(), HasSubstr("appears twice"));
+  EXPECT_THAT(e.Exit("jobs/nodev", 0)->message(), HasSubstr("cpu:42 does not exist"));
+  EXPECT_THAT(e.Exit("jobs/absurd", 0)->message(), HasSubstr("world_size"));
+  EXPECT_EQ(s.stats().launches, 0);
+}
+
+TEST_F(SupervisorTest, FinishedGenerationIsNotLaunchedTwice) {
+  Supervisor& s = Start("exit 0");
+  s.Assign(Job("once", 1, 1));
+  ASSERT_TRUE(WaitExits("jobs/once", 1));
+  s.Assign(Job("once", 1, 1));  // e.g. from a loomd that lost the exit: re-sent, not re-run
+  ASSERT_TRUE(WaitExits("jobs/once", 2));
+  const Events e = recorder_.Snapshot();
+  EXPECT_EQ(s.stats().launches, 1);
+  EXPECT_EQ(e.statuses.back().exit_class(), v1::EXIT_CLASS_SUCCESS);
+}
+
+}  // namespace
+}  // namespace loom::worker

@@ -1,0 +1,263 @@
+// Unit tests of the worker's pure parts: line splitting, progress parsing, exit classification,
+// assignment validation, the rank environment, node identity and node metrics.
+#include <sys/wait.h>
+
+#include <csignal>
+#include <string>
+#include <vector>
+
+#include "common/metrics.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "worker/agent/assignment_validator.h"
+#include "worker/agent/line_splitter.h"
+#include "worker/agent/node_identity.h"
+#include "worker/agent/node_metrics.h"
+#include "worker/agent/progress_parser.h"
+#include "worker/agent/rank_environment.h"
+#include "worker/agent/rank_exit.h"
+
+namespace loom::worker {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+std::vector<std::string> Split(LineSplitter& s, const std::vector<std::string>& chunks,
+                               bool flush = true) {
+  std::vector<std::string> lines;
+  for (const std::string& c : chunks) s.Append(c, [&](std::string l) { lines.push_back(l); });
+  if (flush) s.Flush([&](std::string l) { lines.push_back(l); });
+  return lines;
+}
+
+TEST(LineSplitterTest, JoinsPiecesAndSplitsManyLines) {
+  LineSplitter s(100);
+  EXPECT_THAT(Split(s, {"hel", "lo\nwor", "ld\r\n\nlast"}),
+              ElementsAre("hello", "world", "", "last"));
+}
+
+TEST(LineSplitterTest, CutsOverlongLinesAndDropsTheirTail) {
+  LineSplitter s(4);
+  EXPECT_THAT(Split(s, {"abcdefgh", "ij\nxy\n"}), ElementsAre("abcd", "xy"));
+  EXPECT_EQ(s.truncated_lines(), 1u);
+}
+
+TEST(LineSplitterTest, RepairsInvalidUtf8) {
+  EXPECT_EQ(SanitizeUtf8("ok \xC3\xA9"), "ok \xC3\xA9");
+  EXPECT_EQ(SanitizeUtf8("a\xFF" "b"), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(SanitizeUtf8("\xE2\x82"), "\xEF\xBF\xBD\xEF\xBF\xBD");  // truncated sequence
+  EXPECT_EQ(SanitizeUtf8("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate
+  LineSplitter s(3);
+  // A cut inside a two-byte character leaves a valid line.
+  EXPECT_THAT(Split(s, {"ab\xC3\xA9\n"}), ElementsAre("ab\xEF\xBF\xBD"));
+}
+
+TEST(ProgressParserTest, StepLine) {
+  auto r = ParseProgressLine(
+      R"({"event":"step","rank":0,"step":12,"total_steps":200,"loss":3.91,"lr":0.0006,)"
+      R"("grad_norm":1.2,"tokens_per_second":5120.0,"step_seconds":0.1,)"
+      R"("phases":{"data":0.001,"forward":0.03},"memory_bytes":1048576,)"
+      R"("peak_memory_bytes":2097152,"future_field":[1,2]})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->has_value());
+  const v1::StepReport& s = **r;
+  EXPECT_EQ(s.step(), 12);
+  EXPECT_EQ(s.total_steps(), 200);
+  EXPECT_DOUBLE_EQ(s.loss(), 3.91);
+  EXPECT_DOUBLE_EQ(s.lr(), 0.0006);
+  EXPECT_DOUBLE_EQ(s.grad_norm(), 1.2);
+  EXPECT_DOUBLE_EQ(s.tokens_per_second(), 5120.0);
+  EXPECT_DOUBLE_EQ(s.step_seconds(), 0.1);
+  EXPECT_DOUBLE_EQ(s.phase_seconds().at("forward"), 0.03);
+  EXPECT_EQ(s.memory_bytes(), 1048576u);
+  EXPECT_EQ(s.peak_memory_bytes(), 2097152u);
+  EXPECT_FALSE(s.has_val_loss());
+}
+
+TEST(ProgressParserTest, EvalLineAndOtherEvents) {
+  auto eval = ParseProgressLine(R"({"event":"eval","rank":0,"step":50,"val_loss":3.2})");
+  ASSERT_TRUE(eval.ok() && eval->has_value());
+  EXPECT_TRUE((*eval)->has_val_loss());
+  EXPECT_DOUBLE_EQ((*eval)->val_loss(), 3.2);
+  EXPECT_EQ((*eval)->step(), 50);
+  auto ckpt = ParseProgressLine(R"({"event":"checkpoint","rank":0,"step":100,"dir":"x"})");
+  ASSERT_TRUE(ckpt.ok());
+  EXPECT_FALSE(ckpt->has_value());
+}
+
+TEST(ProgressParserTest, MalformedLinesAreErrors) {
+  for (const char* line : {"", "not json", "[1,2]", "42", R"({"step":1})", R"({"event":3})",
+                           R"({"event":"step"})", R"({"event":"step","step":-1})",
+                           R"({"event":"step","step":1.5})", R"({"event":"step","step":"7"})",
+                           R"({"event":"step","step":1,"loss":"x"})",
+                           R"({"event":"step","step":1,"phases":[1]})",
+                           R"({"event":"step","step":1,"phases":{"a":"b"}})",
+                           R"({"event":"eval","step":1})", R"({"event":"step","step":1e300})"}) {
+    EXPECT_FALSE(ParseProgressLine(line).ok()) << line;
+  }
+}
+
+TEST(RankExitTest, ClassifiesPerContract) {
+  RankExit ok = ClassifyExit(W_EXITCODE(0, 0), "", "");
+  EXPECT_EQ(ok.exit_class, v1::EXIT_CLASS_SUCCESS);
+  EXPECT_EQ(ok.message, "exit code 0");
+  RankExit bad = ClassifyExit(W_EXITCODE(2, 0), "", "spec: bad preset");
+  EXPECT_EQ(bad.exit_class, v1::EXIT_CLASS_PERMANENT);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(bad.message, "exit code 2: spec: bad preset");
+  RankExit crash = ClassifyExit(W_EXITCODE(3, 0), "", "");
+  EXPECT_EQ(crash.exit_class, v1::EXIT_CLASS_RETRYABLE);
+  EXPECT_EQ(crash.message, "exit code 3");
+  RankExit killed = ClassifyExit(SIGKILL, "", "boom");
+  EXPECT_EQ(killed.exit_class, v1::EXIT_CLASS_RETRYABLE);
+  EXPECT_EQ(killed.signal, 9);
+  EXPECT_EQ(killed.exit_code, -1);
+  EXPECT_EQ(killed.message, "killed by signal 9 (SIGKILL): boom");
+  RankExit stopped = ClassifyExit(SIGTERM, "cancelled", "");
+  EXPECT_EQ(stopped.exit_class, v1::EXIT_CLASS_STOPPED);
+  EXPECT_EQ(stopped.message, "stopped (cancelled): killed by signal 15 (SIGTERM)");
+  EXPECT_EQ(SignalName(SIGSEGV), "SIGSEGV");
+}
+
+v1::Assignment GoodAssignment() {
+  v1::Assignment a;
+  a.set_job("jobs/abc-1");
+  a.set_generation(1);
+  a.set_world_size(4);
+  a.set_num_nodes(2);
+  a.set_node_rank(1);
+  a.set_rendezvous_address("127.0.0.1:7070");
+  a.mutable_layout()->set_data(2);
+  a.mutable_layout()->set_tensor(2);
+  a.mutable_layout()->set_pipeline(1);
+  a.mutable_layout()->set_micro_batch(4);
+  a.mutable_layout()->set_num_micro_batches(2);
+  for (int i = 0; i < 2; ++i) {
+    v1::RankAssignment* r = a.add_ranks();
+    r->set_rank(2 + i);
+    r->set_local_rank(i);
+    r->set_device_index(i);
+    r->set_device_kind(v1::DEVICE_KIND_CPU);
+  }
+  (*a.mutable_spec()->mutable_env())["FOO"] = "bar";
+  return a;
+}
+
+TEST(AssignmentValidatorTest, AcceptsAGoodOne) {
+  EXPECT_TRUE(ValidateAssignment(GoodAssignment(), CpuDevices(2)).ok());
+}
+
+TEST(AssignmentValidatorTest, RefusesBadOnesNamingTheField) {
+  struct Case {
+    const char* field;
+    std::function<void(v1::Assignment&)> mutate;
+  };
+  const std::vector<Case> cases = {
+      {"job", [](auto& a) { a.set_job("abc"); }},
+      {"job", [](auto& a) { a.set_job("jobs/../etc"); }},
+      {"job", [](auto& a) { a.set_job("jobs/"); }},
+      {"generation", [](auto& a) { a.set_generation(0); }},
+      {"world_size", [](auto& a) { a.set_world_size(0); }},
+      {"world_size", [](auto& a) { a.set_world_size(1 << 30); }},
+      {"node_rank", [](auto& a) { a.set_node_rank(2); }},
+      {"layout", [](auto& a) { a.mutable_layout()->set_tensor(1); }},
+      {"layout", [](auto& a) { a.clear_layout(); }},
+      {"ranks", [](auto& a) { a.clear_ranks(); }},
+      {"ranks[1]", [](auto& a) { a.mutable_ranks(1)->set_rank(2); }},  // duplicate
+      {"ranks[1]", [](auto& a) { a.mutable_ranks(1)->set_rank(4); }},  // out of range
+      {"ranks[1]", [](auto& a) { a.mutable_ranks(1)->set_local_rank(0); }},
+      {"ranks[1]", [](auto& a) { a.mutable_ranks(1)->set_device_index(7); }},  // unknown
+      {"ranks[1]", [](auto& a) { a.mutable_ranks(1)->set_device_index(0); }},  // twice
+      {"ranks[1]", [](auto& a) { a.mutable_ranks(1)->set_device_kind(v1::DEVICE_KIND_GPU); }},
+      {"ranks[0]",
+       [](auto& a) { a.mutable_ranks(0)->set_device_kind(v1::DEVICE_KIND_UNSPECIFIED); }},
+      {"spec.env", [](auto& a) { (*a.mutable_spec()->mutable_env())["LOOM_RANK"] = "9"; }},
+      {"spec.env", [](auto& a) { (*a.mutable_spec()->mutable_env())["A=B"] = "9"; }},
+      {"spec.env", [](auto& a) { (*a.mutable_spec()->mutable_env())["1X"] = "9"; }},
+  };
+  for (const Case& c : cases) {
+    v1::Assignment a = GoodAssignment();
+    c.mutate(a);
+    absl::Status st = ValidateAssignment(a, CpuDevices(2));
+    EXPECT_TRUE(absl::IsInvalidArgument(st)) << c.field;
+    EXPECT_THAT(std::string(st.message()), HasSubstr(std::string("assignment.") + c.field))
+        << st;
+  }
+}
+
+TEST(RankEnvironmentTest, HasExactlyTheContractVariablesPlusSpecEnv) {
+  const v1::Assignment a = GoodAssignment();
+  RankPaths paths{"/w/jobs/abc-1", "/w/jobs/abc-1/spec.json", "/w/jobs/abc-1/checkpoints"};
+  std::map<std::string, std::string> env = BuildRankEnvironment(a, a.ranks(1), paths);
+  const std::map<std::string, std::string> expected = {
+      {"FOO", "bar"},
+      {"LOOM_JOB", "jobs/abc-1"},
+      {"LOOM_JOB_GENERATION", "1"},
+      {"LOOM_RANK", "3"},
+      {"LOOM_WORLD_SIZE", "4"},
+      {"LOOM_LOCAL_RANK", "1"},
+      {"LOOM_LOCAL_WORLD_SIZE", "2"},
+      {"LOOM_NODE_RANK", "1"},
+      {"LOOM_NUM_NODES", "2"},
+      {"LOOM_DEVICE", "cpu:1"},
+      {"LOOM_LAYOUT", "data=2,tensor=2,pipeline=1,micro_batch=4,num_micro_batches=2"},
+      {"LOOM_RENDEZVOUS", "127.0.0.1:7070"},
+      {"LOOM_SPEC_FILE", "/w/jobs/abc-1/spec.json"},
+      {"LOOM_CHECKPOINT_DIR", "/w/jobs/abc-1/checkpoints"},
+      {"LOOM_WORK_DIR", "/w/jobs/abc-1"},
+      {"LOOM_PROGRESS_FD", "3"},
+  };
+  EXPECT_EQ(env, expected);
+}
+
+TEST(RankEnvironmentTest, InheritsOnlyListedNames) {
+  auto env = InheritedEnvironment({"PATH=/bin", "NCCL_DEBUG=INFO", "SECRET=x", "LOOM_RANK=1",
+                                   "PATHX=1", "broken"},
+                                  {"PATH", "NCCL_*", "LOOM_*"});
+  const std::map<std::string, std::string> expected = {{"NCCL_DEBUG", "INFO"}, {"PATH", "/bin"}};
+  EXPECT_EQ(env, expected);
+}
+
+TEST(NodeIdentityTest, SanitizesHostnames) {
+  EXPECT_EQ(SanitizeNodeId("GPU-Node_01.Rack2"), "gpu-node-01-rack2");
+  EXPECT_EQ(SanitizeNodeId("--x--"), "x");
+  EXPECT_EQ(SanitizeNodeId("___"), "node");
+  EXPECT_EQ(SanitizeNodeId(std::string(100, 'a')).size(), 63u);
+  EXPECT_TRUE(IsValidNodeId(SanitizeNodeId(Hostname())));
+  EXPECT_FALSE(IsValidNodeId("-a"));
+  EXPECT_FALSE(IsValidNodeId("A"));
+  EXPECT_FALSE(IsValidNodeId(""));
+  auto cpus = CpuDevices(3);
+  ASSERT_EQ(cpus.size(), 3u);
+  EXPECT_EQ(cpus[2].index(), 2);
+  EXPECT_EQ(cpus[2].kind(), v1::DEVICE_KIND_CPU);
+  EXPECT_GT(cpus[0].memory_bytes(), 0u);
+}
+
+TEST(NodeMetricsTest, ExportsTheNodeSeries) {
+  metrics::Registry registry;
+  SupervisorStats stats;
+  stats.launches = 5;
+  stats.exits_success = 2;
+  stats.exits_stopped = 3;
+  stats.running_ranks = 1;
+  bool connected = true;
+  NodeMetrics node(&registry, CpuDevices(2), {[&] { return stats; }, [&] { return connected; }});
+  std::string text = registry.Serialize();
+  EXPECT_THAT(text, HasSubstr("loom_node_devices{kind=\"cpu\"} 2"));
+  EXPECT_THAT(text, HasSubstr("loom_node_devices{kind=\"gpu\"} 0"));
+  EXPECT_THAT(text, HasSubstr("loom_node_running_ranks 1"));
+  EXPECT_THAT(text, HasSubstr("loom_worker_launches_total 5"));
+  EXPECT_THAT(text, HasSubstr("loom_worker_rank_exits_total{reason=\"stopped\"} 3"));
+  EXPECT_THAT(text, HasSubstr("loom_worker_rank_exits_total{reason=\"retryable\"} 0"));
+  EXPECT_THAT(text, HasSubstr("loom_worker_session_connected 1"));
+  stats.launches = 7;
+  connected = false;
+  text = registry.Serialize();
+  EXPECT_THAT(text, HasSubstr("loom_worker_launches_total 7"));
+  EXPECT_THAT(text, HasSubstr("loom_worker_session_connected 0"));
+}
+
+}  // namespace
+}  // namespace loom::worker

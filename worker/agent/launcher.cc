@@ -1,0 +1,179 @@
+#include "worker/agent/launcher.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "absl/strings/str_cat.h"
+
+namespace loom::worker {
+namespace {
+
+// What the child reports on the exec-error pipe: which step failed, and errno.
+enum ChildStep : int { kStepSetup = 1, kStepChdir = 2, kStepExec = 3 };
+struct ChildError {
+  int step;
+  int err;
+};
+
+// Async-signal-safe: write all of `buf` or give up.
+void WriteAll(int fd, const void* buf, size_t len) {
+  const char* p = static_cast<const char*>(buf);
+  while (len > 0) {
+    const ssize_t n = ::write(fd, p, len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    p += n;
+    len -= static_cast<size_t>(n);
+  }
+}
+
+[[noreturn]] void ChildFail(int err_fd, int step) {
+  const ChildError e{step, errno};
+  WriteAll(err_fd, &e, sizeof(e));
+  _exit(127);
+}
+
+void CloseIfOpen(int& fd) {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
+
+}  // namespace
+
+std::string ErrnoText(int err) {
+  const char* text = strerrordesc_np(err);
+  return text != nullptr ? std::string(text) : absl::StrCat("errno ", err);
+}
+
+absl::StatusOr<LaunchedProcess> Launch(const LaunchRequest& request) {
+  // Everything the child touches is prepared here: no allocation after fork.
+  std::vector<std::string> arg_storage;
+  arg_storage.push_back(request.program);
+  arg_storage.insert(arg_storage.end(), request.args.begin(), request.args.end());
+  std::vector<char*> argv;
+  for (std::string& s : arg_storage) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_storage;
+  for (const auto& [name, value] : request.env) env_storage.push_back(name + "=" + value);
+  std::vector<char*> envp;
+  for (std::string& s : env_storage) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  const char* program = request.program.c_str();
+  const char* cwd = request.cwd.empty() ? nullptr : request.cwd.c_str();
+  rlimit nofile{};
+  const int max_fd = ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < 1048576
+                         ? static_cast<int>(nofile.rlim_cur)
+                         : 1048576;
+
+  // [0] read end (parent), [1] write end (child). All close-on-exec until dup2'd in the child.
+  int out[2] = {-1, -1}, err[2] = {-1, -1}, prog[2] = {-1, -1}, exec_err[2] = {-1, -1};
+  int devnull = -1;
+  auto close_all = [&] {
+    for (int* p : {out, err, prog, exec_err}) {
+      CloseIfOpen(p[0]);
+      CloseIfOpen(p[1]);
+    }
+    CloseIfOpen(devnull);
+  };
+  for (int* p : {out, err, prog, exec_err}) {
+    if (::pipe2(p, O_CLOEXEC) != 0) {
+      const int e = errno;
+      close_all();
+      return absl::ResourceExhaustedError(absl::StrCat("pipe: ", ErrnoText(e)));
+    }
+  }
+  devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (devnull < 0) {
+    const int e = errno;
+    close_all();
+    return absl::InternalError(absl::StrCat("open /dev/null: ", ErrnoText(e)));
+  }
+  const pid_t parent = ::getpid();
+
+  // _Fork skips pthread_atfork handlers (gRPC or others may install some that are not safe in a
+  // child that only execs).
+  const pid_t pid = _Fork();
+  if (pid < 0) {
+    const int e = errno;
+    close_all();
+    return absl::ResourceExhaustedError(absl::StrCat("fork: ", ErrnoText(e)));
+  }
+  if (pid == 0) {
+    // Child: async-signal-safe calls only.
+    const int report = exec_err[1];
+    if (::setpgid(0, 0) != 0) ChildFail(report, kStepSetup);
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) ChildFail(report, kStepSetup);
+    if (::getppid() != parent) _exit(127);  // the worker died before the death signal was armed
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    for (int sig = 1; sig < NSIG; ++sig) {
+      if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, nullptr);
+    }
+    // Move the five fds above the target range first so dup2 cannot clobber one of them.
+    int src[5] = {devnull, out[1], err[1], prog[1], exec_err[1]};
+    for (int& fd : src) {
+      fd = ::fcntl(fd, F_DUPFD_CLOEXEC, 10);
+      if (fd < 0) ChildFail(report, kStepSetup);
+    }
+    for (int target = 0; target < 4; ++target) {
+      if (::dup2(src[target], target) < 0) ChildFail(src[4], kStepSetup);
+    }
+    if (::dup3(src[4], 4, O_CLOEXEC) < 0) ChildFail(src[4], kStepSetup);
+    if (::close_range(5, ~0U, 0) != 0) {
+      for (int fd = 5; fd < max_fd; ++fd) ::close(fd);
+    }
+    if (cwd != nullptr && ::chdir(cwd) != 0) ChildFail(4, kStepChdir);
+    ::execve(program, argv.data(), envp.data());
+    ChildFail(4, kStepExec);
+  }
+
+  // Parent. setpgid here too, so that the group exists before Launch() returns whatever the
+  // scheduling order (EACCES after the child's exec or ESRCH after its exit are harmless).
+  ::setpgid(pid, pid);
+  for (int* p : {out, err, prog, exec_err}) CloseIfOpen(p[1]);
+  CloseIfOpen(devnull);
+
+  ChildError child_error{0, 0};
+  size_t got = 0;
+  while (got < sizeof(child_error)) {
+    const ssize_t n = ::read(exec_err[0], reinterpret_cast<char*>(&child_error) + got,
+                             sizeof(child_error) - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  CloseIfOpen(exec_err[0]);
+  if (got > 0) {
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    for (int* p : {out, err, prog}) CloseIfOpen(p[0]);
+    const char* step = child_error.step == kStepChdir ? "chdir " : child_error.step == kStepExec
+                                                                       ? "exec "
+                                                                       : "set up ";
+    const std::string& what = child_error.step == kStepChdir ? request.cwd : request.program;
+    return absl::FailedPreconditionError(
+        absl::StrCat(step, what, ": ", ErrnoText(child_error.err)));
+  }
+  LaunchedProcess launched;
+  launched.pid = pid;
+  launched.stdout_fd = out[0];
+  launched.stderr_fd = err[0];
+  launched.progress_fd = prog[0];
+  for (int fd : {out[0], err[0], prog[0]}) {
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  }
+  return launched;
+}
+
+}  // namespace loom::worker

@@ -1,0 +1,58 @@
+// Launcher: starts one rank process the way docs/rank-contract.md requires.
+//
+// The child gets: its own process group (setpgid(0, 0), so the supervisor can signal the rank
+// and everything it forks at once); PR_SET_PDEATHSIG=SIGKILL (if the worker dies, even by
+// SIGKILL, the rank dies too — no orphans); an empty signal mask and default dispositions (the
+// worker blocks SIGTERM/SIGINT for its signal thread, and a blocked or ignored signal would
+// survive exec); stdin from /dev/null; stdout, stderr and the progress fd (3) on pipes whose read
+// ends the caller gets; no other inherited descriptor; the given working directory and exactly
+// the given environment.
+//
+// Exec failure is detected with the close-on-exec pipe trick: the child writes errno to a
+// CLOEXEC pipe when a step fails; a successful execve closes the pipe, so the parent reads EOF.
+// Launch() therefore returns only after the rank program is running (or has failed to start).
+//
+// Threading: Launch() may be called from any thread, but the death signal fires when the
+// *thread* that forked exits, so callers fork from a thread that lives as long as the ranks (the
+// supervisor's loop thread). Between fork and exec the child calls only async-signal-safe
+// functions; everything it needs is prepared before the fork.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace loom::worker {
+
+struct LaunchRequest {
+  std::string program;            // an absolute path (not searched in PATH)
+  std::vector<std::string> args;  // argv[1..]; argv[0] is `program`
+  std::map<std::string, std::string> env;
+  std::string cwd;
+};
+
+// A started rank. The caller owns the fds (read ends, non-blocking, close-on-exec) and must reap
+// `pid` with waitpid(). pid is also the process group id.
+struct LaunchedProcess {
+  pid_t pid = -1;
+  int stdout_fd = -1;
+  int stderr_fd = -1;
+  int progress_fd = -1;
+};
+
+// Starts the program. Errors:
+//   FAILED_PRECONDITION — the program could not be executed (missing, not executable, bad
+//     working directory); the message names the step and the errno text, e.g.
+//     "exec /x/loom-train: No such file or directory". Restarting cannot help: permanent.
+//   RESOURCE_EXHAUSTED / INTERNAL — pipe() or fork() failed (out of processes or fds): the node's
+//     trouble, worth a retry.
+absl::StatusOr<LaunchedProcess> Launch(const LaunchRequest& request);
+
+// Thread-safe strerror.
+std::string ErrnoText(int err);
+
+}  // namespace loom::worker

@@ -1,0 +1,151 @@
+#include "worker/agent/outbound_buffer.h"
+
+#include <chrono>
+#include <utility>
+
+#include "absl/time/clock.h"
+
+namespace loom::worker {
+
+OutboundBuffer::OutboundBuffer(OutboundLimits limits) : limits_(limits) {}
+
+void OutboundBuffer::OnRankStatus(const loom::v1::RankStatus& status) {
+  loom::v1::WorkerMessage m;
+  *m.mutable_rank_status() = status;
+  Push(std::move(m));
+}
+
+void OutboundBuffer::OnStepReport(const loom::v1::StepReport& report) {
+  loom::v1::WorkerMessage m;
+  *m.mutable_step() = report;
+  Push(std::move(m));
+}
+
+void OutboundBuffer::OnLogChunk(const loom::v1::LogChunk& chunk) {
+  loom::v1::WorkerMessage m;
+  *m.mutable_logs() = chunk;
+  Push(std::move(m));
+}
+
+void OutboundBuffer::Push(loom::v1::WorkerMessage message) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    PushLocked(std::move(message), /*front=*/false);
+  }
+  cv_.notify_all();
+}
+
+void OutboundBuffer::PushLocked(loom::v1::WorkerMessage message, bool front) {
+  const int64_t seq = front ? front_seq_-- : next_seq_++;
+  std::deque<Entry>* queue = &statuses_;
+  if (message.has_step()) queue = &steps_;
+  if (message.has_logs()) {
+    queue = &logs_;
+    log_bytes_ += message.ByteSizeLong();
+  }
+  Entry entry{seq, std::move(message)};
+  if (front) {
+    queue->push_front(std::move(entry));
+  } else {
+    queue->push_back(std::move(entry));
+  }
+  while (steps_.size() > limits_.max_step_reports) {
+    steps_.pop_front();
+    ++dropped_steps_;
+  }
+  while (log_bytes_ > limits_.max_log_bytes && !logs_.empty()) {
+    log_bytes_ -= logs_.front().message.ByteSizeLong();
+    logs_.pop_front();
+    ++dropped_logs_;
+  }
+}
+
+std::optional<loom::v1::WorkerMessage> OutboundBuffer::Pop(absl::Time deadline,
+                                                           const std::atomic<bool>* cancel) {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    std::deque<Entry>* best = nullptr;
+    for (std::deque<Entry>* q : {&statuses_, &steps_, &logs_}) {
+      if (!q->empty() && (best == nullptr || q->front().seq < best->front().seq)) best = q;
+    }
+    if (best != nullptr) {
+      loom::v1::WorkerMessage m = std::move(best->front().message);
+      best->pop_front();
+      if (best == &logs_) log_bytes_ -= m.ByteSizeLong();
+      ++in_flight_;
+      return m;
+    }
+    if (cancel != nullptr && cancel->load()) return std::nullopt;
+    const absl::Time now = absl::Now();
+    if (now >= deadline) return std::nullopt;
+    cv_.wait_for(lock, absl::ToChronoNanoseconds(std::min(deadline - now, absl::Seconds(1))));
+  }
+}
+
+void OutboundBuffer::MarkSent(const loom::v1::WorkerMessage& message) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    --in_flight_;
+    if (message.has_rank_status() &&
+        message.rank_status().phase() == loom::v1::RANK_PHASE_EXITED) {
+      sent_exits_.push_back(message.rank_status());
+      while (sent_exits_.size() > limits_.max_resend_exits) sent_exits_.pop_front();
+    }
+  }
+  cv_.notify_all();
+}
+
+void OutboundBuffer::Unpop(loom::v1::WorkerMessage message) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    --in_flight_;
+    PushLocked(std::move(message), /*front=*/true);
+  }
+  cv_.notify_all();
+}
+
+void OutboundBuffer::RequeueSentExits() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Newest first onto the front, so they come out oldest first.
+    while (!sent_exits_.empty()) {
+      loom::v1::WorkerMessage m;
+      *m.mutable_rank_status() = std::move(sent_exits_.back());
+      sent_exits_.pop_back();
+      PushLocked(std::move(m), /*front=*/true);
+    }
+  }
+  cv_.notify_all();
+}
+
+void OutboundBuffer::Wake() {
+  { std::lock_guard<std::mutex> lock(mu_); }
+  cv_.notify_all();
+}
+
+bool OutboundBuffer::WaitDrained(absl::Time deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    if (statuses_.empty() && steps_.empty() && logs_.empty() && in_flight_ == 0) return true;
+    const absl::Time now = absl::Now();
+    if (now >= deadline) return false;
+    cv_.wait_for(lock, absl::ToChronoNanoseconds(std::min(deadline - now, absl::Seconds(1))));
+  }
+}
+
+size_t OutboundBuffer::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return statuses_.size() + steps_.size() + logs_.size();
+}
+
+int64_t OutboundBuffer::dropped_logs() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return dropped_logs_;
+}
+
+int64_t OutboundBuffer::dropped_steps() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return dropped_steps_;
+}
+
+}  // namespace loom::worker

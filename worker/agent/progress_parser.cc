@@ -1,0 +1,145 @@
+#include "worker/agent/progress_parser.h"
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace loom::worker {
+namespace {
+
+using google::protobuf::Struct;
+using google::protobuf::Value;
+
+// Progress lines are short; anything much larger is not a progress line.
+constexpr size_t kMaxLineBytes = 64 * 1024;
+// Integers travel as JSON numbers (doubles): accept what a double represents exactly.
+constexpr double kMaxExactInteger = 9007199254740992.0;  // 2^53
+
+const Value* Find(const Struct& s, const char* key) {
+  auto it = s.fields().find(key);
+  return it == s.fields().end() ? nullptr : &it->second;
+}
+
+// Reads an optional finite number; absent or null leaves `out` unchanged.
+absl::Status ReadDouble(const Struct& s, const char* key, double* out) {
+  const Value* v = Find(s, key);
+  if (v == nullptr || v->kind_case() == Value::kNullValue) return absl::OkStatus();
+  if (v->kind_case() != Value::kNumberValue || !std::isfinite(v->number_value())) {
+    return absl::InvalidArgumentError(absl::StrCat("field \"", key, "\" must be a finite number"));
+  }
+  *out = v->number_value();
+  return absl::OkStatus();
+}
+
+// Reads an optional non-negative integer.
+absl::Status ReadCount(const Struct& s, const char* key, int64_t* out) {
+  double d = -1;
+  const Value* v = Find(s, key);
+  if (v == nullptr || v->kind_case() == Value::kNullValue) return absl::OkStatus();
+  if (!ReadDouble(s, key, &d).ok() || d < 0 || d > kMaxExactInteger || d != std::floor(d)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("field \"", key, "\" must be a non-negative integer"));
+  }
+  *out = static_cast<int64_t>(d);
+  return absl::OkStatus();
+}
+
+absl::Status ReadBytes(const Struct& s, const char* key, uint64_t* out) {
+  int64_t n = 0;
+  if (Find(s, key) == nullptr) return absl::OkStatus();
+  absl::Status st = ReadCount(s, key, &n);
+  if (!st.ok()) return st;
+  *out = static_cast<uint64_t>(n);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::optional<loom::v1::StepReport>> ParseProgressLine(std::string_view line) {
+  if (line.size() > kMaxLineBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("progress line of ", line.size(),
+                                                   " bytes exceeds ", kMaxLineBytes));
+  }
+  Struct obj;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = true;
+  const auto parsed =
+      google::protobuf::util::JsonStringToMessage(std::string(line), &obj, options);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("progress line is not a JSON object: ", std::string(parsed.message())));
+  }
+  const Value* event = Find(obj, "event");
+  if (event == nullptr || event->kind_case() != Value::kStringValue) {
+    return absl::InvalidArgumentError("progress line has no string field \"event\"");
+  }
+  const std::string& kind = event->string_value();
+  if (kind != "step" && kind != "eval") return std::optional<loom::v1::StepReport>();
+
+  loom::v1::StepReport report;
+  int64_t step = 0, total_steps = 0;
+  if (Find(obj, "step") == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("\"", kind, "\" line has no field \"step\""));
+  }
+  absl::Status st = ReadCount(obj, "step", &step);
+  if (st.ok()) st = ReadCount(obj, "total_steps", &total_steps);
+  if (!st.ok()) return st;
+  report.set_step(step);
+  report.set_total_steps(total_steps);
+
+  if (kind == "eval") {
+    double val_loss = 0;
+    if (Find(obj, "val_loss") == nullptr) {
+      return absl::InvalidArgumentError("\"eval\" line has no field \"val_loss\"");
+    }
+    if (absl::Status e = ReadDouble(obj, "val_loss", &val_loss); !e.ok()) return e;
+    report.set_has_val_loss(true);
+    report.set_val_loss(val_loss);
+    return std::optional<loom::v1::StepReport>(std::move(report));
+  }
+
+  double loss = 0, lr = 0, grad_norm = 0, tps = 0, step_seconds = 0;
+  uint64_t memory = 0, peak = 0;
+  for (auto [key, out] : {std::pair{"loss", &loss}, std::pair{"lr", &lr},
+                          std::pair{"grad_norm", &grad_norm},
+                          std::pair{"tokens_per_second", &tps},
+                          std::pair{"step_seconds", &step_seconds}}) {
+    if (absl::Status e = ReadDouble(obj, key, out); !e.ok()) return e;
+  }
+  if (absl::Status e = ReadBytes(obj, "memory_bytes", &memory); !e.ok()) return e;
+  if (absl::Status e = ReadBytes(obj, "peak_memory_bytes", &peak); !e.ok()) return e;
+  report.set_loss(loss);
+  report.set_lr(lr);
+  report.set_grad_norm(grad_norm);
+  report.set_tokens_per_second(tps);
+  report.set_step_seconds(step_seconds);
+  report.set_memory_bytes(memory);
+  report.set_peak_memory_bytes(peak);
+
+  if (const Value* phases = Find(obj, "phases");
+      phases != nullptr && phases->kind_case() != Value::kNullValue) {
+    if (phases->kind_case() != Value::kStructValue) {
+      return absl::InvalidArgumentError("field \"phases\" must be an object of numbers");
+    }
+    // Phase names become Prometheus label values upstream: keep them bounded.
+    if (phases->struct_value().fields_size() > 32) {
+      return absl::InvalidArgumentError("field \"phases\" has more than 32 entries");
+    }
+    for (const auto& [name, v] : phases->struct_value().fields()) {
+      if (name.empty() || name.size() > 64 || v.kind_case() != Value::kNumberValue ||
+          !std::isfinite(v.number_value())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("field \"phases\": entry \"", name.substr(0, 64),
+                         "\" must be a finite number with a name of 1..64 characters"));
+      }
+      (*report.mutable_phase_seconds())[name] = v.number_value();
+    }
+  }
+  return std::optional<loom::v1::StepReport>(std::move(report));
+}
+
+}  // namespace loom::worker

@@ -1,0 +1,65 @@
+#include "worker/agent/rank_environment.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace loom::worker {
+
+std::string FormatLayout(const loom::v1::Layout& l) {
+  return absl::StrCat("data=", l.data(), ",tensor=", l.tensor(), ",pipeline=", l.pipeline(),
+                      ",micro_batch=", l.micro_batch(),
+                      ",num_micro_batches=", l.num_micro_batches());
+}
+
+std::map<std::string, std::string> BuildRankEnvironment(const loom::v1::Assignment& a,
+                                                        const loom::v1::RankAssignment& rank,
+                                                        const RankPaths& paths) {
+  std::map<std::string, std::string> env;
+  for (const auto& [name, value] : a.spec().env()) env[name] = value;
+  const char* kind = rank.device_kind() == loom::v1::DEVICE_KIND_GPU ? "cuda" : "cpu";
+  env["LOOM_JOB"] = a.job();
+  env["LOOM_JOB_GENERATION"] = absl::StrCat(a.generation());
+  env["LOOM_RANK"] = absl::StrCat(rank.rank());
+  env["LOOM_WORLD_SIZE"] = absl::StrCat(a.world_size());
+  env["LOOM_LOCAL_RANK"] = absl::StrCat(rank.local_rank());
+  env["LOOM_LOCAL_WORLD_SIZE"] = absl::StrCat(a.ranks_size());
+  env["LOOM_NODE_RANK"] = absl::StrCat(a.node_rank());
+  env["LOOM_NUM_NODES"] = absl::StrCat(a.num_nodes());
+  env["LOOM_DEVICE"] = absl::StrCat(kind, ":", rank.device_index());
+  env["LOOM_LAYOUT"] = FormatLayout(a.layout());
+  env["LOOM_RENDEZVOUS"] = a.rendezvous_address();
+  env["LOOM_SPEC_FILE"] = paths.spec_file;
+  env["LOOM_CHECKPOINT_DIR"] = paths.checkpoint_dir;
+  env["LOOM_WORK_DIR"] = paths.work_dir;
+  env["LOOM_PROGRESS_FD"] = absl::StrCat(kProgressFd);
+  return env;
+}
+
+std::map<std::string, std::string> InheritedEnvironment(
+    const std::vector<std::string>& environ_entries, const std::vector<std::string>& inherit) {
+  std::map<std::string, std::string> out;
+  for (const std::string& entry : environ_entries) {
+    const size_t eq = entry.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    const std::string name = entry.substr(0, eq);
+    if (absl::StartsWith(name, "LOOM_")) continue;  // never leak the worker's own LOOM_ vars
+    for (const std::string& pattern : inherit) {
+      const bool match = absl::EndsWith(pattern, "*")
+                             ? absl::StartsWith(name, pattern.substr(0, pattern.size() - 1))
+                             : name == pattern;
+      if (match) {
+        out[name] = entry.substr(eq + 1);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> DefaultInheritedEnvironment() {
+  return {"PATH",   "HOME",   "USER",   "LANG",        "LC_ALL",      "TZ",
+          "TMPDIR", "LD_LIBRARY_PATH",  "CUDA_*",      "NCCL_*",      "NVIDIA_*",
+          "GLOO_*", "OMP_NUM_THREADS",  "OPENBLAS_NUM_THREADS"};
+}
+
+}  // namespace loom::worker

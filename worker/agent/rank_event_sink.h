@@ -1,0 +1,21 @@
+// RankEventSink: where the supervisor sends what the ranks do. The session client's outbound
+// buffer implements it in the worker; tests implement it with a recorder.
+#pragma once
+
+#include "loom/v1/node.pb.h"
+
+namespace loom::worker {
+
+class RankEventSink {
+ public:
+  virtual ~RankEventSink() = default;
+
+  // Each is called on the supervisor's loop thread, in the order the events happened (for one
+  // rank: STARTING, RUNNING, its logs and steps, then EXITED last). Implementations must be
+  // quick and must not call back into the Supervisor.
+  virtual void OnRankStatus(const loom::v1::RankStatus& status) = 0;
+  virtual void OnStepReport(const loom::v1::StepReport& report) = 0;
+  virtual void OnLogChunk(const loom::v1::LogChunk& chunk) = 0;
+};
+
+}  // namespace loom::worker

@@ -1,0 +1,674 @@
+#include "worker/agent/supervisor.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
+#include "google/protobuf/util/json_util.h"
+#include "worker/agent/assignment_validator.h"
+#include "worker/agent/launcher.h"
+#include "worker/agent/line_splitter.h"
+#include "worker/agent/progress_parser.h"
+#include "worker/agent/rank_environment.h"
+#include "worker/agent/rank_exit.h"
+
+namespace loom::worker {
+namespace {
+
+constexpr int kStdout = 0, kStderr = 1, kProgress = 2;
+constexpr const char* kStreamNames[] = {"stdout", "stderr", "progress"};
+// Without pidfds, exits are found by polling this often.
+constexpr absl::Duration kExitPollInterval = absl::Milliseconds(50);
+// Per wake-up and fd, so that one chatty rank cannot starve the others.
+constexpr size_t kReadBudgetBytes = 1 << 20;
+// After a rank exits, what is left in its pipes is read up to this much (a grandchild holding
+// the pipe could otherwise keep us reading forever).
+constexpr size_t kDrainBudgetBytes = 8 << 20;
+constexpr size_t kMaxMessageTailBytes = 1024;
+constexpr int kMaxMalformedLogged = 10;
+
+// pidfd_open(2) through syscall(): glibc 2.36's <sys/pidfd.h> lacks C linkage for C++.
+int PidfdOpen(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+
+// Creates every unset singular sub-message of the spec (model, train, restart...), so that the
+// JSON printer, which prints defaults only inside present messages, shows every field. One level
+// only: deeper, presence can carry meaning (parallelism.auto asks the planner to choose).
+void FillTopLevelMessages(google::protobuf::Message* m) {
+  const google::protobuf::Descriptor* d = m->GetDescriptor();
+  const google::protobuf::Reflection* r = m->GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* f = d->field(i);
+    if (f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE && !f->is_repeated() &&
+        f->real_containing_oneof() == nullptr) {
+      r->MutableMessage(m, f);
+    }
+  }
+}
+
+// Writes `content` to `path` through a temp file and a rename, so a reader never sees half.
+absl::Status WriteFileAtomically(const std::string& path, const std::string& content) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << content;
+    out.flush();
+    if (!out) return absl::InternalError(absl::StrCat("writing ", tmp, " failed"));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return absl::InternalError(absl::StrCat("rename ", tmp, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+struct Supervisor::Rank {
+  explicit Rank(const loom::v1::RankAssignment& a, size_t max_line)
+      : assignment(a), splitters{LineSplitter(max_line), LineSplitter(max_line),
+                                 LineSplitter(max_line)} {}
+  loom::v1::RankAssignment assignment;
+  pid_t pid = -1;  // also the process group id
+  int pidfd = -1;
+  bool alive = false;  // launched and not reaped yet
+  std::string stop_reason;  // non-empty once the worker asked the rank to stop
+  absl::Time kill_deadline = absl::InfiniteFuture();
+  bool killed = false;  // SIGKILL sent
+  std::array<int, 3> fds = {-1, -1, -1};
+  std::array<LineSplitter, 3> splitters;
+  std::array<std::vector<std::string>, 2> batch;  // stdout, stderr lines not yet sent
+  std::array<size_t, 2> batch_bytes = {0, 0};
+  std::array<absl::Time, 2> batch_start = {};
+  std::string last_stderr;
+  int malformed_progress = 0;
+  std::optional<loom::v1::RankStatus> final_status;
+};
+
+struct Supervisor::Job {
+  loom::v1::Assignment assignment;
+  std::vector<std::unique_ptr<Rank>> ranks;
+  // A newer generation waiting for this one's ranks to be reaped.
+  std::optional<loom::v1::Assignment> next;
+};
+
+struct Supervisor::Finished {
+  std::string job;
+  int64_t generation;
+  std::vector<loom::v1::RankStatus> statuses;
+};
+
+Supervisor::Supervisor(SupervisorOptions options, RankEventSink* sink)
+    : options_(std::move(options)), sink_(sink) {}
+
+Supervisor::~Supervisor() {
+  Shutdown();
+  for (int fd : {wake_read_, wake_write_}) {
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+absl::Status Supervisor::Start() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
+    return absl::InternalError(absl::StrCat("supervisor self-pipe: ", ErrnoText(errno)));
+  }
+  wake_read_ = fds[0];
+  wake_write_ = fds[1];
+  thread_ = std::thread([this] { Loop(); });
+  return absl::OkStatus();
+}
+
+void Supervisor::Post(Command command) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ && command.kind != Command::kShutdown) return;
+    if (command.kind == Command::kShutdown) stopping_ = true;
+    commands_.push_back(std::move(command));
+  }
+  const char byte = 1;
+  // A full pipe already guarantees a wake-up, so EAGAIN is fine.
+  [[maybe_unused]] ssize_t n = ::write(wake_write_, &byte, 1);
+}
+
+void Supervisor::Assign(loom::v1::Assignment assignment) {
+  Post(Command{Command::kAssign, std::move(assignment), "", 0, ""});
+}
+
+void Supervisor::Cancel(const std::string& job, int64_t generation, const std::string& reason) {
+  Post(Command{Command::kCancel, {}, job, generation, reason});
+}
+
+std::vector<loom::v1::RunningJob> Supervisor::RunningJobs() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return view_;
+}
+
+SupervisorStats Supervisor::stats() const {
+  SupervisorStats s;
+  s.launches = launches_.load();
+  s.exits_success = exits_[loom::v1::EXIT_CLASS_SUCCESS].load();
+  s.exits_retryable = exits_[loom::v1::EXIT_CLASS_RETRYABLE].load();
+  s.exits_permanent = exits_[loom::v1::EXIT_CLASS_PERMANENT].load();
+  s.exits_stopped = exits_[loom::v1::EXIT_CLASS_STOPPED].load();
+  s.running_ranks = running_ranks_.load();
+  return s;
+}
+
+void Supervisor::Shutdown() {
+  std::call_once(shutdown_once_, [this] {
+    if (!thread_.joinable()) return;
+    Post(Command{Command::kShutdown, {}, "", 0, ""});
+    thread_.join();
+  });
+}
+
+void Supervisor::Loop() {
+  std::vector<pollfd> fds;
+  // (job, rank, which) for each pollfd after the first; which == 3 means the pidfd.
+  std::vector<std::tuple<Job*, Rank*, int>> owners;
+  for (;;) {
+    // Retire ended jobs first, so that a command sees only generations that still run.
+    FinishJobs();
+    std::deque<Command> commands;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      commands.swap(commands_);
+    }
+    for (Command& c : commands) {
+      switch (c.kind) {
+        case Command::kAssign:
+          if (!shutting_down_) HandleAssign(std::move(c.assignment));
+          break;
+        case Command::kCancel:
+          HandleCancel(c);
+          break;
+        case Command::kShutdown:
+          if (!shutting_down_) {
+            shutting_down_ = true;
+            LOOM_LOG(INFO) << "supervisor: shutting down, stopping " << jobs_.size() << " job(s)";
+            for (auto& [name, job] : jobs_) {
+              if (job->next) {
+                FailAssignment(*job->next, loom::v1::EXIT_CLASS_STOPPED,
+                               "not started: the worker is shutting down");
+                job->next.reset();
+              }
+              StopJob(*job, "the worker is shutting down");
+            }
+          }
+          break;
+      }
+    }
+    FinishJobs();
+    if (shutting_down_ && jobs_.empty()) break;
+
+    // Build the poll set and the timeout.
+    fds.clear();
+    owners.clear();
+    fds.push_back({wake_read_, POLLIN, 0});
+    owners.emplace_back(nullptr, nullptr, -1);
+    const absl::Time now = absl::Now();
+    absl::Time wake_at = now + absl::Seconds(1);
+    for (auto& [name, job] : jobs_) {
+      for (auto& rank : job->ranks) {
+        for (int which = 0; which < 3; ++which) {
+          if (rank->fds[which] >= 0) {
+            fds.push_back({rank->fds[which], POLLIN, 0});
+            owners.emplace_back(job.get(), rank.get(), which);
+          }
+        }
+        for (int which : {kStdout, kStderr}) {
+          if (!rank->batch[which].empty()) {
+            wake_at = std::min(wake_at, rank->batch_start[which] + options_.log_flush_interval);
+          }
+        }
+        if (!rank->alive) continue;
+        if (rank->pidfd >= 0) {
+          fds.push_back({rank->pidfd, POLLIN, 0});
+          owners.emplace_back(job.get(), rank.get(), 3);
+        } else {
+          wake_at = std::min(wake_at, now + kExitPollInterval);
+        }
+        if (!rank->stop_reason.empty() && !rank->killed) {
+          wake_at = std::min(wake_at, rank->kill_deadline);
+        }
+      }
+    }
+    const int timeout_ms =
+        static_cast<int>(std::clamp<int64_t>(absl::ToInt64Milliseconds(wake_at - now) + 1, 0,
+                                             1000));
+    const int ready = ::poll(fds.data(), fds.size(), timeout_ms);
+    if (ready < 0 && errno != EINTR) {
+      LOOM_LOG(ERROR) << "supervisor: poll: " << ErrnoText(errno);
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    if (ready > 0) {
+      if (fds[0].revents != 0) {
+        char buf[256];
+        while (::read(wake_read_, buf, sizeof(buf)) > 0) {
+        }
+      }
+      for (size_t i = 1; i < fds.size(); ++i) {
+        auto [job, rank, which] = owners[i];
+        if (fds[i].revents == 0 || which == 3) continue;
+        ReadPipe(*job, *rank, which, kReadBudgetBytes);
+      }
+    }
+
+    // Exits: every live rank is checked with waitid(WNOWAIT), which is cheap and also covers
+    // ranks whose pidfd fired. The zombie stays until Reap(), which kills its group first.
+    for (auto& [name, job] : jobs_) {
+      for (auto& rank : job->ranks) {
+        if (!rank->alive) continue;
+        siginfo_t info{};
+        if (::waitid(P_PID, rank->pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+            info.si_pid == rank->pid) {
+          Reap(*job, *rank);
+        }
+      }
+    }
+
+    // Escalate stops past their grace, and send log batches that are old enough.
+    const absl::Time after = absl::Now();
+    for (auto& [name, job] : jobs_) {
+      for (auto& rank : job->ranks) {
+        if (rank->alive && !rank->stop_reason.empty() && !rank->killed &&
+            after >= rank->kill_deadline) {
+          LOOM_LOG(INFO) << "supervisor: " << name << " rank " << rank->assignment.rank()
+                         << " did not stop within the grace; SIGKILL";
+          ::kill(-rank->pid, SIGKILL);
+          rank->killed = true;
+        }
+        for (int which : {kStdout, kStderr}) {
+          if (!rank->batch[which].empty() &&
+              after >= rank->batch_start[which] + options_.log_flush_interval) {
+            FlushLogs(*job, *rank, which);
+          }
+        }
+      }
+    }
+  }
+  PublishView();
+  LOOM_LOG(INFO) << "supervisor: every rank has stopped";
+}
+
+void Supervisor::HandleAssign(loom::v1::Assignment a) {
+  const std::string name = a.job();
+  auto it = jobs_.find(name);
+  if (it != jobs_.end()) {
+    Job& job = *it->second;
+    const int64_t running = job.assignment.generation();
+    if (a.generation() == running || (job.next && a.generation() == job.next->generation())) {
+      LOOM_LOG(INFO) << "supervisor: " << name << " generation " << a.generation()
+                     << " is already assigned; ignoring the repeat";
+    } else if (a.generation() < running) {
+      LOOM_LOG(WARNING) << "supervisor: ignoring stale " << name << " generation "
+                        << a.generation() << " (running " << running << ")";
+    } else {
+      LOOM_LOG(INFO) << "supervisor: " << name << " generation " << a.generation()
+                     << " supersedes generation " << running << "; stopping it first";
+      StopJob(job, absl::StrCat("superseded by generation ", a.generation()));
+      if (!job.next || job.next->generation() < a.generation()) job.next = std::move(a);
+    }
+    return;
+  }
+  for (const Finished& f : finished_) {
+    if (f.job != name) continue;
+    if (f.generation == a.generation()) {
+      LOOM_LOG(INFO) << "supervisor: " << name << " generation " << a.generation()
+                     << " already ran here; re-sending its final statuses";
+      for (const loom::v1::RankStatus& s : f.statuses) sink_->OnRankStatus(s);
+      return;
+    }
+  }
+  LaunchJob(std::move(a));
+}
+
+void Supervisor::HandleCancel(const Command& c) {
+  auto it = jobs_.find(c.job);
+  if (it == jobs_.end()) return;
+  Job& job = *it->second;
+  const std::string reason = c.reason.empty() ? "cancelled" : absl::StrCat("cancelled: ", c.reason);
+  if (job.next && (c.generation == 0 || c.generation == job.next->generation())) {
+    FailAssignment(*job.next, loom::v1::EXIT_CLASS_STOPPED, absl::StrCat("not started: ", reason));
+    job.next.reset();
+  }
+  if (c.generation == 0 || c.generation == job.assignment.generation()) StopJob(job, reason);
+}
+
+void Supervisor::FailAssignment(const loom::v1::Assignment& a, loom::v1::ExitClass exit_class,
+                                const std::string& message) {
+  Finished finished{a.job(), a.generation(), {}};
+  std::vector<int> ranks;
+  for (const auto& r : a.ranks()) {
+    if (std::find(ranks.begin(), ranks.end(), r.rank()) == ranks.end()) ranks.push_back(r.rank());
+  }
+  if (ranks.empty()) ranks.push_back(-1);  // no rank to blame: -1 stands for "the assignment"
+  for (int rank : ranks) {
+    loom::v1::RankStatus s;
+    s.set_job(a.job());
+    s.set_generation(a.generation());
+    s.set_rank(rank);
+    s.set_phase(loom::v1::RANK_PHASE_EXITED);
+    s.set_exit_code(-1);
+    s.set_exit_class(exit_class);
+    s.set_message(message);
+    finished.statuses.push_back(s);
+    EmitExit(std::move(s));
+  }
+  finished_.push_back(std::move(finished));
+  while (finished_.size() > options_.finished_history) finished_.pop_front();
+}
+
+void Supervisor::LaunchJob(loom::v1::Assignment a) {
+  if (absl::Status valid = ValidateAssignment(a, options_.devices); !valid.ok()) {
+    LOOM_LOG(WARNING) << "supervisor: refusing an invalid assignment: " << valid.message();
+    FailAssignment(a, loom::v1::EXIT_CLASS_PERMANENT,
+                   absl::StrCat("invalid assignment: ", valid.message()));
+    return;
+  }
+  // Validated above, so the id is a safe directory name.
+  const std::string job_id = JobIdFromName(a.job()).value();
+  RankPaths paths;
+  paths.work_dir = absl::StrCat(options_.work_dir, "/jobs/", job_id);
+  paths.spec_file = paths.work_dir + "/spec.json";
+  const bool default_checkpoints = a.spec().checkpoint().dir().empty();
+  paths.checkpoint_dir =
+      default_checkpoints ? paths.work_dir + "/checkpoints" : a.spec().checkpoint().dir();
+
+  // Every sub-message present, so that spec.json shows every field with its default.
+  loom::v1::JobSpec spec = a.spec();
+  FillTopLevelMessages(&spec);
+  std::string spec_json;
+  google::protobuf::util::JsonPrintOptions print;
+  print.preserve_proto_field_names = true;
+  print.always_print_primitive_fields = true;
+  print.add_whitespace = true;
+  absl::Status prepared = absl::OkStatus();
+  if (auto st = google::protobuf::util::MessageToJsonString(spec, &spec_json, print);
+      !st.ok()) {
+    prepared = absl::InternalError(absl::StrCat("spec to JSON: ", std::string(st.message())));
+  }
+  std::error_code ec;
+  if (prepared.ok()) {
+    std::filesystem::create_directories(
+        default_checkpoints ? paths.checkpoint_dir : paths.work_dir, ec);
+    if (ec) prepared = absl::InternalError(absl::StrCat("mkdir ", paths.work_dir, ": ",
+                                                        ec.message()));
+  }
+  if (prepared.ok()) prepared = WriteFileAtomically(paths.spec_file, spec_json);
+  if (!prepared.ok()) {
+    // The node's disk, not the job: worth retrying elsewhere.
+    LOOM_LOG(ERROR) << "supervisor: cannot prepare " << a.job() << ": " << prepared.message();
+    FailAssignment(a, loom::v1::EXIT_CLASS_RETRYABLE,
+                   absl::StrCat("preparing the job directory: ", prepared.message()));
+    return;
+  }
+
+  // In jobs_ from the start, so that RunningJobs() includes each rank before its RUNNING status
+  // goes out.
+  std::unique_ptr<Job>& slot = jobs_[a.job()];
+  slot = std::make_unique<Job>();
+  Job* job = slot.get();
+  job->assignment = std::move(a);
+  const loom::v1::Assignment& as = job->assignment;
+  std::vector<loom::v1::RankAssignment> order(as.ranks().begin(), as.ranks().end());
+  std::sort(order.begin(), order.end(),
+            [](const auto& x, const auto& y) { return x.local_rank() < y.local_rank(); });
+  for (const auto& ra : order) {
+    job->ranks.push_back(std::make_unique<Rank>(ra, options_.max_line_bytes));
+  }
+
+  LOOM_LOG(INFO) << "supervisor: launching " << as.job() << " generation " << as.generation()
+                 << " with " << order.size() << " rank(s) of " << as.world_size();
+  std::string failure;  // set once a rank fails to start: the rest are not started
+  for (auto& rank : job->ranks) {
+    if (!failure.empty()) {
+      loom::v1::RankStatus s;
+      s.set_job(as.job());
+      s.set_generation(as.generation());
+      s.set_rank(rank->assignment.rank());
+      s.set_phase(loom::v1::RANK_PHASE_EXITED);
+      s.set_exit_code(-1);
+      s.set_exit_class(loom::v1::EXIT_CLASS_STOPPED);
+      s.set_message(absl::StrCat("not started: ", failure));
+      rank->final_status = s;
+      EmitExit(std::move(s));
+      continue;
+    }
+    EmitStatus(*job, *rank, loom::v1::RANK_PHASE_STARTING);
+    LaunchRequest request;
+    request.program = options_.rank_program;
+    request.args = options_.rank_args;
+    request.env = options_.inherited_env;
+    for (auto& [k, v] : BuildRankEnvironment(as, rank->assignment, paths)) request.env[k] = v;
+    request.cwd = paths.work_dir;
+    absl::StatusOr<LaunchedProcess> launched = Launch(request);
+    if (!launched.ok()) {
+      const bool permanent = absl::IsFailedPrecondition(launched.status());
+      loom::v1::RankStatus s;
+      s.set_job(as.job());
+      s.set_generation(as.generation());
+      s.set_rank(rank->assignment.rank());
+      s.set_phase(loom::v1::RANK_PHASE_EXITED);
+      s.set_exit_code(permanent ? 127 : -1);
+      s.set_exit_class(permanent ? loom::v1::EXIT_CLASS_PERMANENT
+                                 : loom::v1::EXIT_CLASS_RETRYABLE);
+      s.set_message(std::string(launched.status().message()));
+      LOOM_LOG(WARNING) << "supervisor: " << as.job() << " rank " << rank->assignment.rank()
+                        << " failed to start: " << launched.status().message();
+      failure = absl::StrCat("rank ", rank->assignment.rank(),
+                             " failed to start: ", launched.status().message());
+      rank->final_status = s;
+      EmitExit(std::move(s));
+      continue;
+    }
+    rank->pid = launched->pid;
+    rank->fds = {launched->stdout_fd, launched->stderr_fd, launched->progress_fd};
+    rank->pidfd = PidfdOpen(rank->pid);  // -1 (ENOSYS...) falls back to waitid polling
+    if (rank->pidfd >= 0) ::fcntl(rank->pidfd, F_SETFD, FD_CLOEXEC);
+    rank->alive = true;
+    launches_.fetch_add(1);
+    running_ranks_.fetch_add(1);
+    PublishView();
+    EmitStatus(*job, *rank, loom::v1::RANK_PHASE_RUNNING);
+  }
+  if (!failure.empty()) StopJob(*job, failure);
+}
+
+void Supervisor::StopJob(Job& job, const std::string& reason) {
+  const absl::Time deadline = absl::Now() + options_.stop_grace;
+  for (auto& rank : job.ranks) {
+    if (!rank->alive || !rank->stop_reason.empty()) continue;
+    rank->stop_reason = reason;
+    rank->kill_deadline = deadline;
+    if (options_.stop_grace <= absl::ZeroDuration()) {
+      ::kill(-rank->pid, SIGKILL);
+      rank->killed = true;
+    } else {
+      ::kill(-rank->pid, SIGTERM);
+    }
+  }
+}
+
+void Supervisor::ReadPipe(Job& job, Rank& rank, int which, size_t budget) {
+  char buf[65536];
+  while (budget > 0 && rank.fds[which] >= 0) {
+    const ssize_t n = ::read(rank.fds[which], buf, std::min(sizeof(buf), budget));
+    if (n > 0) {
+      budget -= static_cast<size_t>(n);
+      rank.splitters[which].Append(std::string_view(buf, static_cast<size_t>(n)),
+                                   [&](std::string line) {
+                                     OnLine(job, rank, which, std::move(line));
+                                   });
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    ClosePipe(job, rank, which);  // EOF or a read error
+  }
+}
+
+void Supervisor::ClosePipe(Job& job, Rank& rank, int which) {
+  if (rank.fds[which] < 0) return;
+  rank.splitters[which].Flush(
+      [&](std::string line) { OnLine(job, rank, which, std::move(line)); });
+  ::close(rank.fds[which]);
+  rank.fds[which] = -1;
+}
+
+void Supervisor::OnLine(Job& job, Rank& rank, int which, std::string line) {
+  const loom::v1::Assignment& a = job.assignment;
+  if (which == kProgress) {
+    absl::StatusOr<std::optional<loom::v1::StepReport>> report = ParseProgressLine(line);
+    if (!report.ok()) {
+      if (++rank.malformed_progress <= kMaxMalformedLogged) {
+        LOOM_LOG(WARNING) << "supervisor: " << a.job() << " rank " << rank.assignment.rank()
+                          << ": skipping a malformed progress line: " << report.status().message()
+                          << (rank.malformed_progress == kMaxMalformedLogged
+                                  ? " (further ones are not logged)"
+                                  : "");
+      }
+      return;
+    }
+    if (!report->has_value()) return;
+    loom::v1::StepReport& r = **report;
+    r.set_job(a.job());
+    r.set_generation(a.generation());
+    r.set_rank(rank.assignment.rank());
+    sink_->OnStepReport(r);
+    return;
+  }
+  if (which == kStderr && !line.empty()) {
+    rank.last_stderr = line.substr(0, kMaxMessageTailBytes);
+    rank.last_stderr = SanitizeUtf8(rank.last_stderr);  // the cut may split a character
+  }
+  if (rank.batch[which].empty()) rank.batch_start[which] = absl::Now();
+  rank.batch_bytes[which] += line.size();
+  rank.batch[which].push_back(std::move(line));
+  if (rank.batch[which].size() >= static_cast<size_t>(options_.log_batch_max_lines) ||
+      rank.batch_bytes[which] >= options_.log_batch_max_bytes) {
+    FlushLogs(job, rank, which);
+  }
+}
+
+void Supervisor::FlushLogs(Job& job, Rank& rank, int which) {
+  if (rank.batch[which].empty()) return;
+  loom::v1::LogChunk chunk;
+  chunk.set_job(job.assignment.job());
+  chunk.set_generation(job.assignment.generation());
+  chunk.set_rank(rank.assignment.rank());
+  chunk.set_stream(kStreamNames[which]);
+  for (std::string& line : rank.batch[which]) chunk.add_lines(std::move(line));
+  rank.batch[which].clear();
+  rank.batch_bytes[which] = 0;
+  sink_->OnLogChunk(chunk);
+}
+
+void Supervisor::Reap(Job& job, Rank& rank) {
+  // The leader is a zombie, so its process group id cannot be reused yet: kill whatever the rank
+  // left behind in its group before reaping, so no orphan outlives it.
+  ::kill(-rank.pid, SIGKILL);
+  int status = 0;
+  while (::waitpid(rank.pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  for (int which = 0; which < 3; ++which) {
+    ReadPipe(job, rank, which, kDrainBudgetBytes);
+    ClosePipe(job, rank, which);
+  }
+  FlushLogs(job, rank, kStdout);
+  FlushLogs(job, rank, kStderr);
+  if (rank.pidfd >= 0) ::close(rank.pidfd);
+  rank.pidfd = -1;
+  rank.alive = false;
+  running_ranks_.fetch_sub(1);
+
+  const RankExit exit = ClassifyExit(status, rank.stop_reason, rank.last_stderr);
+  loom::v1::RankStatus s;
+  s.set_job(job.assignment.job());
+  s.set_generation(job.assignment.generation());
+  s.set_rank(rank.assignment.rank());
+  s.set_phase(loom::v1::RANK_PHASE_EXITED);
+  s.set_exit_code(exit.exit_code);
+  s.set_signal(exit.signal);
+  s.set_exit_class(exit.exit_class);
+  s.set_message(exit.message);
+  s.set_pid(rank.pid);
+  LOOM_LOG(INFO) << "supervisor: " << job.assignment.job() << " generation "
+                 << job.assignment.generation() << " rank " << rank.assignment.rank() << " "
+                 << loom::v1::ExitClass_Name(exit.exit_class) << ": " << exit.message;
+  rank.final_status = s;
+  PublishView();  // before the exit is reported, so RunningJobs() never lags the sink
+  EmitExit(std::move(s));
+  if (exit.exit_class == loom::v1::EXIT_CLASS_RETRYABLE ||
+      exit.exit_class == loom::v1::EXIT_CLASS_PERMANENT) {
+    StopJob(job, absl::StrCat("rank ", rank.assignment.rank(), " failed (", exit.message, ")"));
+  }
+}
+
+void Supervisor::EmitStatus(const Job& job, const Rank& rank, loom::v1::RankPhase phase) {
+  loom::v1::RankStatus s;
+  s.set_job(job.assignment.job());
+  s.set_generation(job.assignment.generation());
+  s.set_rank(rank.assignment.rank());
+  s.set_phase(phase);
+  s.set_pid(rank.pid > 0 ? rank.pid : 0);
+  sink_->OnRankStatus(s);
+}
+
+void Supervisor::EmitExit(loom::v1::RankStatus status) {
+  const int c = status.exit_class();
+  if (c >= 0 && c < 5) exits_[c].fetch_add(1);
+  sink_->OnRankStatus(status);
+}
+
+void Supervisor::FinishJobs() {
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    Job& job = *it->second;
+    const bool any_alive = std::any_of(job.ranks.begin(), job.ranks.end(),
+                                       [](const auto& r) { return r->alive; });
+    if (any_alive) {
+      ++it;
+      continue;
+    }
+    Finished finished{job.assignment.job(), job.assignment.generation(), {}};
+    for (const auto& rank : job.ranks) {
+      if (rank->final_status) finished.statuses.push_back(*rank->final_status);
+    }
+    finished_.push_back(std::move(finished));
+    while (finished_.size() > options_.finished_history) finished_.pop_front();
+    std::optional<loom::v1::Assignment> next = std::move(job.next);
+    it = jobs_.erase(it);
+    if (next && !shutting_down_) LaunchJob(std::move(*next));
+  }
+  PublishView();
+}
+
+void Supervisor::PublishView() {
+  std::vector<loom::v1::RunningJob> view;
+  for (const auto& [name, job] : jobs_) {
+    loom::v1::RunningJob running;
+    running.set_job(name);
+    running.set_generation(job->assignment.generation());
+    for (const auto& rank : job->ranks) {
+      if (rank->alive) running.add_ranks(rank->assignment.rank());
+    }
+    if (running.ranks_size() > 0) view.push_back(std::move(running));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  view_ = std::move(view);
+}
+
+}  // namespace loom::worker

@@ -1,0 +1,240 @@
+// loom-worker: the node agent. Flag parsing and wiring only; the parts live beside this file:
+// gpu_inventory (devices), supervisor + launcher (rank processes), session_client + outbound_buffer
+// (loomd), node_metrics (/metrics).
+//
+// Start-up: inventory -> own gRPC server (health, reflection) -> metrics server -> supervisor ->
+// session. The ready file is written once the first RegisterNode succeeded. SIGTERM/SIGINT: every
+// rank is stopped (SIGTERM, SIGKILL after --stop-grace-ms), the exits are sent to loomd if it is
+// reachable within a few seconds, and the worker exits 0. If the worker itself is SIGKILLed, the
+// ranks die with it through PR_SET_PDEATHSIG.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/metrics.h"
+#include "common/metrics_http_server.h"
+#include "common/net.h"
+#include "common/ready_file.h"
+#include "worker/agent/gpu_inventory.h"
+#include "worker/agent/node_identity.h"
+#include "worker/agent/node_metrics.h"
+#include "worker/agent/outbound_buffer.h"
+#include "worker/agent/rank_environment.h"
+#include "worker/agent/session_client.h"
+#include "worker/agent/supervisor.h"
+
+extern char** environ;
+
+namespace {
+
+constexpr int kExitBadFlags = 2;
+constexpr int kExitStartFailed = 1;
+constexpr absl::Duration kShutdownFlush = absl::Seconds(3);
+
+// The launcher dup2()s onto fds 0-2 in the child; make sure the worker's own are open so that no
+// pipe is ever created there.
+void EnsureStdFds() {
+  for (int fd = 0; fd < 3; ++fd) {
+    if (::fcntl(fd, F_GETFD) < 0) ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace loom;
+  using namespace loom::worker;
+  EnsureStdFds();
+
+  CLI::App app{"loom-worker: the Loom node agent (runs the ranks loomd assigns to this node)"};
+  std::string coordinator, listen = "127.0.0.1:0", metrics_listen = "127.0.0.1:0", name;
+  std::string work_dir, ready_file, rank_program;
+  int cpu_devices = -1;
+  int64_t stop_grace_ms = 10000;
+  app.add_option("--coordinator", coordinator, "loomd's address, HOST:PORT")->required();
+  app.add_option("--listen", listen, "This worker's gRPC address (health, reflection)")
+      ->capture_default_str();
+  app.add_option("--metrics-listen", metrics_listen, "Prometheus /metrics address")
+      ->capture_default_str();
+  app.add_option("--name", name, "Node id [a-z0-9-] (default: the sanitised hostname)");
+  app.add_option("--cpu-devices", cpu_devices,
+                 "CPU devices to advertise (default: 1 without GPUs, 0 with GPUs)")
+      ->check(CLI::Range(0, 1024));
+  app.add_option("--work-dir", work_dir, "Directory for job files (created if missing)")
+      ->required();
+  app.add_option("--ready-file", ready_file,
+                 "Written with {grpc, metrics, pid} once registered and serving");
+  app.add_option("--rank-program", rank_program,
+                 "Program run per rank (default: loom-train beside loom-worker)");
+  app.add_option("--stop-grace-ms", stop_grace_ms, "SIGTERM, then SIGKILL after this")
+      ->check(CLI::Range(int64_t{0}, int64_t{3600000}))
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : kExitBadFlags;
+  }
+
+  // Check every flag before starting anything.
+  absl::StatusOr<HostPort> coordinator_hp = ParseHostPort(coordinator);
+  absl::StatusOr<HostPort> listen_hp = ParseHostPort(listen);
+  if (!coordinator_hp.ok() || !listen_hp.ok() || !ParseHostPort(metrics_listen).ok()) {
+    for (auto [flag, value] : {std::pair{"--coordinator", &coordinator},
+                               std::pair{"--listen", &listen},
+                               std::pair{"--metrics-listen", &metrics_listen}}) {
+      if (auto hp = ParseHostPort(*value); !hp.ok()) {
+        std::cerr << "loom-worker: " << flag << ": " << hp.status().message() << "\n";
+      }
+    }
+    return kExitBadFlags;
+  }
+  const std::string hostname = Hostname();
+  if (name.empty()) name = SanitizeNodeId(hostname);
+  if (!IsValidNodeId(name)) {
+    std::cerr << "loom-worker: --name=" << name
+              << ": a node id is 1..63 characters of [a-z0-9-], not starting or ending with '-'\n";
+    return kExitBadFlags;
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(work_dir, ec);
+  const std::filesystem::path work_path = std::filesystem::absolute(work_dir, ec);
+  if (ec || !std::filesystem::is_directory(work_path)) {
+    std::cerr << "loom-worker: --work-dir=" << work_dir << ": cannot create or use it"
+              << (ec ? ": " + ec.message() : "") << "\n";
+    return kExitBadFlags;
+  }
+  if (rank_program.empty()) {
+    absl::StatusOr<std::string> dir = ExecutableDir();
+    if (!dir.ok()) {
+      std::cerr << "loom-worker: --rank-program not given and " << dir.status().message() << "\n";
+      return kExitBadFlags;
+    }
+    rank_program = *dir + "/loom-train";
+  }
+  rank_program = std::filesystem::absolute(rank_program, ec).string();
+  if (::access(rank_program.c_str(), X_OK) != 0) {
+    // Not fatal: the program may be installed later; launches fail PERMANENT until then.
+    LOOM_LOG(WARNING) << "rank program " << rank_program << " is not executable (yet)";
+  }
+
+  // Block the stop signals in every thread (threads inherit the mask) so that main receives them
+  // with sigtimedwait; the launcher clears the mask in each rank.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  std::vector<v1::Device> devices = DiscoverGpus();
+  const size_t gpu_count = devices.size();
+  if (cpu_devices < 0) cpu_devices = gpu_count == 0 ? 1 : 0;
+  for (v1::Device& d : CpuDevices(cpu_devices)) devices.push_back(std::move(d));
+  if (devices.empty()) {
+    std::cerr << "loom-worker: this node has no GPU and --cpu-devices=0: nothing to offer\n";
+    return kExitBadFlags;
+  }
+
+  // Own gRPC server: health and reflection, for operators and probes.
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int grpc_port = 0;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &grpc_port);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || grpc_port == 0) {
+    LOOM_LOG(ERROR) << "cannot listen on --listen=" << listen;
+    return kExitStartFailed;
+  }
+  const std::string grpc_address = FormatHostPort(listen_hp->host, grpc_port);
+
+  metrics::Registry registry;
+  absl::StatusOr<std::unique_ptr<metrics::MetricsHttpServer>> metrics_server =
+      metrics::MetricsHttpServer::Start(metrics_listen, &registry);
+  if (!metrics_server.ok()) {
+    LOOM_LOG(ERROR) << "--metrics-listen=" << metrics_listen << ": "
+                    << metrics_server.status().message();
+    return kExitStartFailed;
+  }
+  const std::string metrics_address = (*metrics_server)->address();
+
+  OutboundBuffer buffer;
+  SupervisorOptions sup;
+  sup.work_dir = work_path.string();
+  sup.rank_program = rank_program;
+  sup.stop_grace = absl::Milliseconds(stop_grace_ms);
+  sup.devices = devices;
+  std::vector<std::string> environ_entries;
+  for (char** e = environ; *e != nullptr; ++e) environ_entries.emplace_back(*e);
+  sup.inherited_env = InheritedEnvironment(environ_entries, DefaultInheritedEnvironment());
+  Supervisor supervisor(std::move(sup), &buffer);
+  if (absl::Status st = supervisor.Start(); !st.ok()) {
+    LOOM_LOG(ERROR) << st.message();
+    return kExitStartFailed;
+  }
+
+  SessionOptions session_options;
+  session_options.coordinator = coordinator;
+  v1::RegisterNodeRequest& reg = session_options.registration;
+  reg.set_node_id(name);
+  reg.set_hostname(hostname);
+  for (const v1::Device& d : devices) *reg.add_devices() = d;
+  reg.set_address(grpc_address);
+  reg.set_metrics_address(metrics_address);
+  SessionCallbacks callbacks;
+  callbacks.running_jobs = [&supervisor] { return supervisor.RunningJobs(); };
+  callbacks.on_assign = [&supervisor](v1::Assignment a) { supervisor.Assign(std::move(a)); };
+  callbacks.on_cancel = [&supervisor](const v1::CancelAssignment& c) {
+    supervisor.Cancel(c.job(), c.generation(), c.reason());
+  };
+  SessionClient session(std::move(session_options), &buffer, std::move(callbacks));
+  NodeMetrics node_metrics(&registry, devices,
+                           {[&supervisor] { return supervisor.stats(); },
+                            [&session] { return session.connected(); }});
+  session.Start();
+  LOOM_LOG(INFO) << "loom-worker nodes/" << name << ": " << gpu_count << " GPU(s), "
+                 << cpu_devices << " CPU device(s); grpc " << grpc_address << ", metrics "
+                 << metrics_address << ", work dir " << work_path.string() << ", rank program "
+                 << rank_program << ", coordinator " << coordinator;
+
+  bool ready_written = false;
+  int received = 0;
+  for (;;) {
+    const timespec tick{0, 100 * 1000 * 1000};
+    siginfo_t info{};
+    received = sigtimedwait(&stop_signals, &info, &tick);
+    if (received > 0) break;
+    if (!ready_written && session.registrations() > 0) {
+      ready_written = true;
+      if (!ready_file.empty()) {
+        absl::Status st = WriteReadyFile(ready_file, {{"grpc", grpc_address},
+                                                      {"metrics", metrics_address},
+                                                      {"pid", absl::StrCat(::getpid())}});
+        if (!st.ok()) LOOM_LOG(ERROR) << "ready file: " << st.message();
+      }
+    }
+  }
+  LOOM_LOG(INFO) << "received " << (received == SIGINT ? "SIGINT" : "SIGTERM")
+                 << "; stopping every rank";
+  supervisor.Shutdown();
+  session.Stop(kShutdownFlush);
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  metrics_server->reset();
+  LOOM_LOG(INFO) << "loom-worker stopped";
+  return 0;
+}
