@@ -182,6 +182,10 @@ int main(int argc, char** argv) {
   std::vector<std::string> environ_entries;
   for (char** e = environ; *e != nullptr; ++e) environ_entries.emplace_back(*e);
   sup.inherited_env = InheritedEnvironment(environ_entries, DefaultInheritedEnvironment());
+  // gcc's OpenMP spins while waiting by default; with one rank per CPU device sharing a node
+  // that makes the CPU kernels many times slower (docs/benchmarks.md). A job's `env` or the
+  // worker's own environment can still choose otherwise.
+  sup.inherited_env.emplace("OMP_WAIT_POLICY", "passive");
   Supervisor supervisor(std::move(sup), &buffer);
   if (absl::Status st = supervisor.Start(); !st.ok()) {
     LOOM_LOG(ERROR) << st.message();
