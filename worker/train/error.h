@@ -45,14 +45,14 @@ inline InputError BadInput(const std::string& where, const std::string& what) {
 }  // namespace loom::train
 
 // Checks an internal invariant; on failure crashes with file:line and the message.
-#define LOOM_CHECK(cond, message)                                      \
-  do {                                                                 \
+#define LOOM_CHECK(cond, message)                                       \
+  do {                                                                  \
     if (!(cond)) ::loom::train::CrashAt(__FILE__, __LINE__, (message)); \
   } while (0)
 
 // Checks a system call's result; on failure crashes with file:line, the message and errno.
-#define LOOM_CHECK_SYS(cond, message)                                         \
-  do {                                                                        \
+#define LOOM_CHECK_SYS(cond, message)                                          \
+  do {                                                                         \
     if (!(cond)) ::loom::train::CrashAt(__FILE__, __LINE__, (message), errno); \
   } while (0)
 

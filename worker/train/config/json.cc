@@ -21,12 +21,18 @@ const Value* Value::Find(std::string_view key) const {
 
 const char* KindName(Value::Kind kind) {
   switch (kind) {
-    case Value::Kind::kNull: return "null";
-    case Value::Kind::kBool: return "boolean";
-    case Value::Kind::kNumber: return "number";
-    case Value::Kind::kString: return "string";
-    case Value::Kind::kArray: return "array";
-    case Value::Kind::kObject: return "object";
+    case Value::Kind::kNull:
+      return "null";
+    case Value::Kind::kBool:
+      return "boolean";
+    case Value::Kind::kNumber:
+      return "number";
+    case Value::Kind::kString:
+      return "string";
+    case Value::Kind::kArray:
+      return "array";
+    case Value::Kind::kObject:
+      return "object";
   }
   return "?";
 }
@@ -247,14 +253,30 @@ class JsonParser {
       if (pos_ >= text_.size()) Fail("unterminated escape");
       char e = text_[pos_++];
       switch (e) {
-        case '"': out.push_back('"'); break;
-        case '\\': out.push_back('\\'); break;
-        case '/': out.push_back('/'); break;
-        case 'b': out.push_back('\b'); break;
-        case 'f': out.push_back('\f'); break;
-        case 'n': out.push_back('\n'); break;
-        case 'r': out.push_back('\r'); break;
-        case 't': out.push_back('\t'); break;
+        case '"':
+          out.push_back('"');
+          break;
+        case '\\':
+          out.push_back('\\');
+          break;
+        case '/':
+          out.push_back('/');
+          break;
+        case 'b':
+          out.push_back('\b');
+          break;
+        case 'f':
+          out.push_back('\f');
+          break;
+        case 'n':
+          out.push_back('\n');
+          break;
+        case 'r':
+          out.push_back('\r');
+          break;
+        case 't':
+          out.push_back('\t');
+          break;
         case 'u': {
           unsigned cp = ParseHex4();
           if (cp >= 0xD800 && cp < 0xDC00) {  // high surrogate: a low one must follow
@@ -268,7 +290,8 @@ class JsonParser {
           AppendUtf8(&out, cp);
           break;
         }
-        default: Fail(std::string("unknown escape '\\") + e + "'");
+        default:
+          Fail(std::string("unknown escape '\\") + e + "'");
       }
     }
   }
@@ -297,11 +320,21 @@ void AppendJsonString(std::string* out, std::string_view s) {
   out->push_back('"');
   for (char c : s) {
     switch (c) {
-      case '"': *out += "\\\""; break;
-      case '\\': *out += "\\\\"; break;
-      case '\n': *out += "\\n"; break;
-      case '\r': *out += "\\r"; break;
-      case '\t': *out += "\\t"; break;
+      case '"':
+        *out += "\\\"";
+        break;
+      case '\\':
+        *out += "\\\\";
+        break;
+      case '\n':
+        *out += "\\n";
+        break;
+      case '\r':
+        *out += "\\r";
+        break;
+      case '\t':
+        *out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buf[8];

@@ -20,9 +20,9 @@ struct Value {
   Kind kind = Kind::kNull;
   // kString: the decoded string; kNumber: the literal as written; kBool: "true" or "false".
   std::string text;
-  std::vector<Value> items;                              // kArray
-  std::vector<std::pair<std::string, Value>> members;    // kObject, in document order
-  int line = 0;                                          // 1-based source line, 0 if unknown
+  std::vector<Value> items;                            // kArray
+  std::vector<std::pair<std::string, Value>> members;  // kObject, in document order
+  int line = 0;                                        // 1-based source line, 0 if unknown
 
   // The member named `key`, or nullptr (also when this is not an object).
   const Value* Find(std::string_view key) const;

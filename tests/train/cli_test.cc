@@ -1,0 +1,209 @@
+// The loom-train and loom-tokenize binaries end to end: standalone with a YAML spec, as
+// launched by loom-worker (LOOM_* environment, JSON spec, progress fd, resume), and bad input
+// (exit 2, a one-line message naming the field or file, nothing overwritten).
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/train/test_util.h"
+#include "worker/train/config/json.h"
+
+namespace loom::train {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::ReadText;
+using testing::TempDir;
+using testing::WriteText;
+
+struct Result {
+  int exit_code = -1;
+  std::string out, err, progress;
+};
+
+// Runs `env_and_args` through the shell as "<env> loom-train <args>", stdout, stderr and fd 3
+// captured in files of `dir`.
+Result RunBinary(const TempDir& dir, const std::string& env, const std::string& args,
+                 const char* binary = LOOM_TRAIN_BIN) {
+  const std::string cmd = "cd '" + dir.path() + "' && " + env + " '" + binary + "' " + args +
+                          " >out.txt 2>err.txt 3>progress.txt";
+  int status = std::system(cmd.c_str());
+  Result r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = ReadText(dir / "out.txt");
+  r.err = ReadText(dir / "err.txt");
+  r.progress = ReadText(dir / "progress.txt");
+  return r;
+}
+
+std::vector<Value> JsonLines(const std::string& text) {
+  std::vector<Value> lines;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty()) lines.push_back(ParseJson(line, "line"));
+  }
+  return lines;
+}
+
+std::vector<Value> Events(const std::vector<Value>& lines, const std::string& event) {
+  std::vector<Value> out;
+  for (const Value& v : lines) {
+    if (v.Find("event") && v.Find("event")->text == event) out.push_back(v);
+  }
+  return out;
+}
+
+int64_t Int(const Value& v, const char* key) { return std::stoll(v.Find(key)->text); }
+
+TEST(CliTest, StandaloneSpecFileRunsAndPrintsJsonLines) {
+  TempDir dir;
+  WriteText(dir / "job.yaml", R"(name: cli-test
+model: {preset: tiny}
+data: {builtin: tiny-corpus}
+train: {steps: 6, seq_len: 16, global_batch_tokens: 64, lr: 2.0e-3, eval_every: 3}
+parallelism: {micro_batch: 2}
+checkpoint: {every_steps: 3}
+)");
+  Result r = RunBinary(dir, "LOOM_PROGRESS_FD=3", "--spec job.yaml --checkpoint-dir ck");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<Value> lines = JsonLines(r.out);
+  std::vector<Value> steps = Events(lines, "step");
+  ASSERT_EQ(steps.size(), 6u);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const Value& s = steps[i];
+    EXPECT_EQ(Int(s, "step"), static_cast<int64_t>(i + 1));
+    EXPECT_EQ(Int(s, "total_steps"), 6);
+    EXPECT_EQ(Int(s, "rank"), 0);
+    EXPECT_GT(std::stod(s.Find("loss")->text), 0.0);
+    EXPECT_GT(std::stod(s.Find("tokens_per_second")->text), 0.0);
+    for (const char* phase : {"data", "forward", "backward", "optimizer"}) {
+      EXPECT_NE(s.Find("phases")->Find(phase), nullptr) << phase;
+    }
+    EXPECT_GT(Int(s, "memory_bytes"), 0);
+    EXPECT_GE(Int(s, "peak_memory_bytes"), Int(s, "memory_bytes"));
+  }
+  std::vector<Value> evals = Events(lines, "eval");
+  ASSERT_EQ(evals.size(), 2u);
+  EXPECT_EQ(Int(evals[1], "step"), 6);
+  std::vector<Value> checkpoints = Events(lines, "checkpoint");
+  ASSERT_EQ(checkpoints.size(), 2u);
+  EXPECT_EQ(checkpoints[1].Find("dir")->text, "ck/step-000006");
+  EXPECT_TRUE(std::filesystem::exists(dir / "ck/step-000003/manifest.json"));
+  // The progress fd carries the same lines.
+  EXPECT_EQ(r.progress, r.out);
+}
+
+TEST(CliTest, UnderTheWorkerEnvironmentAndResume) {
+  TempDir dir;
+  auto spec = [](int steps) {
+    return R"({"name": "job-1", "model": {"preset": "tiny", "layers": 0},
+               "data": {"builtin": "tiny-corpus", "path": ""},
+               "train": {"steps": ")" +
+           std::to_string(steps) + R"(", "globalBatchTokens": "64",
+                         "seqLen": 16, "lr": 0.002, "seed": "5"},
+               "resources": {"gpus": 0, "cpuDevices": 1},
+               "parallelism": {"auto": {}}, "checkpoint": {"everySteps": "0", "dir": ""},
+               "restart": {"maxRestarts": 0}, "priority": 0, "env": {}})";
+  };
+  const std::string env =
+      "LOOM_JOB=jobs/job-1 LOOM_JOB_GENERATION=1 LOOM_RANK=0 LOOM_WORLD_SIZE=1 "
+      "LOOM_DEVICE=cpu:0 LOOM_SPEC_FILE=spec.json LOOM_CHECKPOINT_DIR=ck LOOM_PROGRESS_FD=3 "
+      "LOOM_LAYOUT=data=1,tensor=1,pipeline=1,micro_batch=2,num_micro_batches=2";
+  WriteText(dir / "spec.json", spec(4));
+  Result first = RunBinary(dir, env, "");
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  ASSERT_EQ(Events(JsonLines(first.progress), "step").size(), 4u);
+  ASSERT_TRUE(std::filesystem::exists(dir / "ck/step-000004/manifest.json"));
+
+  // A restarted gang with more steps continues from the checkpoint.
+  WriteText(dir / "spec.json", spec(7));
+  Result second = RunBinary(dir, env, "");
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_THAT(second.err, HasSubstr("resumed from ck/step-000004"));
+  std::vector<Value> steps = Events(JsonLines(second.progress), "step");
+  ASSERT_EQ(steps.size(), 3u);
+  EXPECT_EQ(Int(steps[0], "step"), 5);
+  EXPECT_EQ(Int(steps[2], "step"), 7);
+}
+
+TEST(CliTest, BadInputExitsTwoWithAOneLineMessage) {
+  TempDir dir;
+  const std::string flags = "--data-builtin tiny-corpus --steps 2 --batch 2 --seq-len 16";
+  auto expect_bad = [&](const std::string& env, const std::string& args,
+                        const std::string& needle) {
+    Result r = RunBinary(dir, env, args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr(needle)) << args;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_EQ(r.out, "") << args;
+  };
+  WriteText(dir / "bad.yaml",
+            "model: {layers: 2, hidden: 64, heads: 5, seq_len: 64, vocab: "
+            "256}\ndata: {builtin: tiny-corpus}\ntrain: {steps: 3}\n");
+  expect_bad("", "--spec bad.yaml", "bad.yaml: model.heads: 5 does not divide model.hidden 64");
+  WriteText(dir / "typo.yaml",
+            "model: {preset: tiny}\ndata: {builtin: tiny-corpus}\n"
+            "train: {steps: 3, learning_rate: 1}\n");
+  expect_bad("", "--spec typo.yaml", "typo.yaml: train.learning_rate: unknown key");
+  expect_bad("", "--spec missing.yaml", "missing.yaml: cannot open");
+  expect_bad("", "--preset tiny " + flags + " --seq-len 65", "train.seq_len: expected 1..64");
+  expect_bad("LOOM_LAYOUT=data=2,tensor=1,pipeline=1,micro_batch=1,num_micro_batches=1",
+             "--preset tiny " + flags, "LOOM_LAYOUT: data, tensor and pipeline must be 1");
+  WriteText(dir / "tokens.bin", std::string(1024, '\0'));
+  expect_bad("", "--preset tiny --data tokens.bin --steps 2", "tokens.bin: bad magic 0");
+
+  // A checkpoint of another model: refused, and left exactly as it was.
+  Result made = RunBinary(dir, "", "--hidden 32 --preset tiny " + flags + " --checkpoint-dir ck");
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  const std::string model_file = dir / "ck/step-000002/model.safetensors";
+  const std::string before = ReadText(model_file);
+  expect_bad("", "--preset tiny " + flags + " --steps 5 --checkpoint-dir ck",
+             "does not match the configured model");
+  EXPECT_EQ(ReadText(model_file), before);
+  EXPECT_FALSE(std::filesystem::exists(dir / "ck/step-000005"));
+}
+
+TEST(CliTest, TokenizeTrainExportAndImport) {
+  TempDir dir;
+  std::string text;
+  for (int i = 0; i < 300; ++i) text += "the quick brown fox jumps over the lazy dog. ";
+  WriteText(dir / "text.txt", text);
+  Result tok = RunBinary(dir, "", "text.txt text.bin", LOOM_TOKENIZE_BIN);
+  ASSERT_EQ(tok.exit_code, 0) << tok.err;
+  EXPECT_EQ(std::filesystem::file_size(dir / "text.bin"), 1024 + 2 * text.size());
+  Result bad = RunBinary(dir, "", "nothing.txt out.bin", LOOM_TOKENIZE_BIN);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("nothing.txt: cannot open"));
+
+  Result train = RunBinary(dir, "",
+                           "--preset tiny --data text.bin --steps 3 --batch 2 --seq-len 16 "
+                           "--export-llmc model.bin");
+  ASSERT_EQ(train.exit_code, 0) << train.err;
+  // Starting from the exported weights with no model in the spec: dimensions from the file.
+  Result again = RunBinary(dir, "",
+                           "--init-from-llmc model.bin --data text.bin --steps 1 --batch 2 "
+                           "--seq-len 16 --lr 1e-9 --export-llmc copy.bin");
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  // One step at a learning rate of 1e-9 barely moves the weights: the files nearly agree.
+  std::string a = ReadText(dir / "model.bin"), b = ReadText(dir / "copy.bin");
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(a.substr(0, 1024), b.substr(0, 1024));
+  const float* fa = reinterpret_cast<const float*>(a.data() + 1024);
+  const float* fb = reinterpret_cast<const float*>(b.data() + 1024);
+  double diff = 0;
+  for (size_t i = 0; i < (a.size() - 1024) / 4; ++i)
+    diff = std::max(diff, double{std::fabs(fa[i] - fb[i])});
+  EXPECT_LT(diff, 1e-6);
+}
+
+}  // namespace
+}  // namespace loom::train

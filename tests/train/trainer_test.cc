@@ -1,0 +1,125 @@
+// The training loop: determinism, resume bit-for-bit, layout invariance, the learning-rate
+// schedule and clipping.
+#include "worker/train/trainer.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/train/test_util.h"
+#include "worker/train/config/rank_env.h"
+#include "worker/train/data/dataset.h"
+#include "worker/train/optim/adamw.h"
+
+namespace loom::train {
+namespace {
+
+using testing::TempDir;
+using testing::TinyConfig;
+
+Dataset TinyData(const JobConfig& c) {
+  return Dataset::Load("", "tiny-corpus", "", c.model.vocab, c.seq_len);
+}
+
+bool SameParams(const Trainer& a, const Trainer& b) {
+  return a.model().num_params() == b.model().num_params() &&
+         std::memcmp(a.model().params(), b.model().params(),
+                     a.model().num_params() * sizeof(float)) == 0;
+}
+
+TEST(TrainerTest, SameSeedSameBitsAndLossFalls) {
+  JobConfig c = TinyConfig(12);
+  c.lr = 3e-3;
+  Dataset data = TinyData(c);
+  BatchShape shape = ResolveBatchShape(c, RankEnv{});
+  Trainer a(c, shape, data), b(c, shape, data);
+  std::vector<float> la, lb;
+  for (int i = 0; i < 12; ++i) {
+    StepResult r = a.Step();
+    la.push_back(r.loss);
+    lb.push_back(b.Step().loss);
+    EXPECT_EQ(r.step, i + 1);
+    EXPECT_GT(r.times.phase(Phase::kForward), 0.0);
+    EXPECT_GT(r.times.phase(Phase::kBackward), 0.0);
+    EXPECT_GT(r.times.tokens_per_second, 0.0);
+    EXPECT_GE(r.peak_memory_bytes, r.memory_bytes);
+    // Parameters, gradients and both moments are at least 4 copies of the parameters.
+    EXPECT_GT(r.memory_bytes, 4 * a.model().num_params() * sizeof(float));
+    EXPECT_GT(r.rss_bytes, 0u);
+  }
+  EXPECT_EQ(la, lb);
+  EXPECT_TRUE(SameParams(a, b));
+  EXPECT_LT(la.back(), la.front() - 0.5f);  // from ~5.5 (ln 256) down
+}
+
+// N steps uninterrupted == k steps + save + load into a fresh trainer + N - k steps.
+TEST(TrainerTest, ResumeIsBitForBit) {
+  TempDir dir;
+  JobConfig c = TinyConfig(10);
+  c.lr = 2e-3;
+  c.warmup_steps = 3;
+  c.micro_batch = 2;  // K = 2: gradient accumulation on the way
+  Dataset data = TinyData(c);
+  BatchShape shape = ResolveBatchShape(c, RankEnv{});
+  ASSERT_EQ(shape.K, 2);
+  Trainer straight(c, shape, data);
+  std::vector<float> losses;
+  for (int i = 0; i < 10; ++i) losses.push_back(straight.Step().loss);
+
+  Trainer first(c, shape, data);
+  for (int i = 0; i < 4; ++i) first.Step();
+  std::string saved = first.Save(dir.path(), 1);
+  Trainer resumed(c, shape, data);
+  ASSERT_FALSE(SameParams(first, resumed));
+  resumed.Resume(saved);
+  EXPECT_EQ(resumed.step(), 4);
+  EXPECT_TRUE(SameParams(first, resumed));
+  for (int i = 4; i < 10; ++i) EXPECT_EQ(resumed.Step().loss, losses[i]) << "step " << i + 1;
+  EXPECT_TRUE(SameParams(straight, resumed));
+}
+
+// The same global batch split as (B=4, K=1) or (B=2, K=2) gives the same loss curve to fp32
+// rounding (the invariance principle of DESIGN.md).
+TEST(TrainerTest, MicroBatchLayoutsAgree) {
+  JobConfig c = TinyConfig(8);
+  c.lr = 2e-3;
+  Dataset data = TinyData(c);
+  BatchShape one = ResolveBatchShape(c, RankEnv{});
+  c.micro_batch = 2;
+  BatchShape two = ResolveBatchShape(c, RankEnv{});
+  ASSERT_EQ(one.K, 1);
+  ASSERT_EQ(two.K, 2);
+  Trainer a(c, one, data), b(c, two, data);
+  for (int i = 0; i < 8; ++i) {
+    float la = a.Step().loss, lb = b.Step().loss;
+    EXPECT_NEAR(la, lb, 1e-5 * la) << "step " << i + 1;
+  }
+}
+
+TEST(ScheduleTest, WarmupThenCosineToTheFloor) {
+  LrSchedule s{1e-3, 10, 110, 0.1};
+  EXPECT_DOUBLE_EQ(LearningRate(s, 0), 1e-4);
+  EXPECT_DOUBLE_EQ(LearningRate(s, 4), 5e-4);
+  EXPECT_DOUBLE_EQ(LearningRate(s, 10), 1e-3);
+  EXPECT_NEAR(LearningRate(s, 10 + 99 / 2.0), 0.55e-3, 1e-5);
+  EXPECT_DOUBLE_EQ(LearningRate(s, 109), 1e-4);
+  for (int64_t step = 11; step < 110; ++step) {
+    EXPECT_LT(LearningRate(s, step), LearningRate(s, step - 1));
+  }
+}
+
+TEST(ClipTest, ScalesToTheMaximumNorm) {
+  std::vector<float> g = {3.0f, 4.0f};
+  EXPECT_FLOAT_EQ(ClipGradients(g.data(), 2, 5.0, 1.0), 0.2f);
+  EXPECT_FLOAT_EQ(g[0], 0.6f);
+  EXPECT_FLOAT_EQ(g[1], 0.8f);
+  EXPECT_FLOAT_EQ(ClipGradients(g.data(), 2, 1.0, 2.0), 1.0f);
+  EXPECT_FLOAT_EQ(ClipGradients(g.data(), 2, 1.0, 0.0), 1.0f);  // 0 disables
+  std::vector<TensorInfo> table = {{"a", {2}, 0, 2, true}};
+  std::vector<float> h = {3.0f, 4.0f};
+  EXPECT_DOUBLE_EQ(GradNorm(h.data(), table), 5.0);
+}
+
+}  // namespace
+}  // namespace loom::train

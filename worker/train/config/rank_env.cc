@@ -1,0 +1,154 @@
+#include "worker/train/config/rank_env.h"
+
+#include <charconv>
+#include <vector>
+
+#include "worker/train/error.h"
+
+namespace loom::train {
+namespace {
+
+// Parses a decimal integer in [lo, hi]; `what` names the variable in the error.
+int64_t ParseInt(const std::string& text, const std::string& what, int64_t lo, int64_t hi) {
+  int64_t v = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || v < lo || v > hi) {
+    throw BadInput(what, "expected an integer in [" + std::to_string(lo) + ", " +
+                             std::to_string(hi) + "], got \"" + text + "\"");
+  }
+  return v;
+}
+
+}  // namespace
+
+Layout ParseLayout(const std::string& text) {
+  Layout layout;
+  bool seen[5] = {};
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    std::string item = text.substr(start, end - start);
+    size_t eq = item.find('=');
+    if (eq == std::string::npos) {
+      throw BadInput("LOOM_LAYOUT",
+                     "expected key=value items separated by commas, got \"" + text + "\"");
+    }
+    std::string key = item.substr(0, eq);
+    const char* keys[5] = {"data", "tensor", "pipeline", "micro_batch", "num_micro_batches"};
+    int* fields[5] = {&layout.data, &layout.tensor, &layout.pipeline, &layout.micro_batch,
+                      &layout.num_micro_batches};
+    int which = -1;
+    for (int i = 0; i < 5; ++i) {
+      if (key == keys[i]) which = i;
+    }
+    if (which < 0) {
+      throw BadInput("LOOM_LAYOUT", "unknown key \"" + key +
+                                        "\" (expected data, tensor, pipeline, micro_batch, "
+                                        "num_micro_batches)");
+    }
+    *fields[which] =
+        static_cast<int>(ParseInt(item.substr(eq + 1), "LOOM_LAYOUT " + key, 1, 1 << 30));
+    seen[which] = true;
+    start = end + 1;
+  }
+  if (!seen[3] || !seen[4]) {
+    throw BadInput("LOOM_LAYOUT",
+                   "micro_batch and num_micro_batches are required, got \"" + text + "\"");
+  }
+  return layout;
+}
+
+RankEnv ReadRankEnv(const std::function<const char*(const char*)>& get) {
+  RankEnv env;
+  auto str = [&](const char* name) -> std::string {
+    const char* v = get(name);
+    return v ? std::string(v) : std::string();
+  };
+  env.job = str("LOOM_JOB");
+  if (std::string v = str("LOOM_JOB_GENERATION"); !v.empty()) {
+    env.generation = ParseInt(v, "LOOM_JOB_GENERATION", 0, INT64_MAX);
+  }
+  if (std::string v = str("LOOM_WORLD_SIZE"); !v.empty()) {
+    env.world_size = static_cast<int>(ParseInt(v, "LOOM_WORLD_SIZE", 1, 1 << 20));
+  }
+  if (std::string v = str("LOOM_RANK"); !v.empty()) {
+    env.rank = static_cast<int>(ParseInt(v, "LOOM_RANK", 0, env.world_size - 1));
+  }
+  if (std::string v = str("LOOM_LOCAL_RANK"); !v.empty()) {
+    env.local_rank = static_cast<int>(ParseInt(v, "LOOM_LOCAL_RANK", 0, 1 << 20));
+  }
+  if (std::string v = str("LOOM_DEVICE"); !v.empty()) {
+    if (v.rfind("cpu:", 0) != 0 && v.rfind("cuda:", 0) != 0) {
+      throw BadInput("LOOM_DEVICE", "expected cpu:N or cuda:N, got \"" + v + "\"");
+    }
+    env.device = v;
+  }
+  if (std::string v = str("LOOM_LAYOUT"); !v.empty()) {
+    env.layout = ParseLayout(v);
+    env.has_layout = true;
+  }
+  env.spec_file = str("LOOM_SPEC_FILE");
+  env.checkpoint_dir = str("LOOM_CHECKPOINT_DIR");
+  env.work_dir = str("LOOM_WORK_DIR");
+  if (std::string v = str("LOOM_PROGRESS_FD"); !v.empty()) {
+    env.progress_fd = static_cast<int>(ParseInt(v, "LOOM_PROGRESS_FD", 0, 1 << 20));
+  }
+  return env;
+}
+
+BatchShape ResolveBatchShape(const JobConfig& config, const RankEnv& env) {
+  BatchShape shape;
+  shape.T = config.seq_len;
+  const int64_t sequences = config.global_batch_tokens / config.seq_len;
+  if (env.has_layout) {
+    const Layout& l = env.layout;
+    if (l.data > 1 || l.tensor > 1 || l.pipeline > 1) {
+      throw BadInput("LOOM_LAYOUT",
+                     "data, tensor and pipeline must be 1: this loom-train has no parallel "
+                     "runtime yet (got data=" +
+                         std::to_string(l.data) + ",tensor=" + std::to_string(l.tensor) +
+                         ",pipeline=" + std::to_string(l.pipeline) + ")");
+    }
+    int64_t tokens = int64_t{shape.T} * l.data * l.micro_batch * l.num_micro_batches;
+    if (tokens != config.global_batch_tokens) {
+      throw BadInput(
+          "LOOM_LAYOUT",
+          "seq_len*data*micro_batch*num_micro_batches = " + std::to_string(tokens) +
+              " but train.global_batch_tokens = " + std::to_string(config.global_batch_tokens));
+    }
+    shape.B = l.micro_batch;
+    shape.K = l.num_micro_batches;
+    shape.dp_size = l.data;
+    shape.dp_rank = 0;
+    return shape;
+  }
+  if (config.parallel_data > 1 || config.parallel_tensor > 1 || config.parallel_pipeline > 1) {
+    throw BadInput("parallelism",
+                   "data, tensor and pipeline above 1 need the parallel runtime, "
+                   "which this loom-train does not have yet");
+  }
+  if (config.micro_batch > 0) {
+    shape.B = config.micro_batch;
+  } else {
+    shape.B = 1;
+    for (int b = 8; b >= 1; --b) {
+      if (sequences % b == 0) {
+        shape.B = b;
+        break;
+      }
+    }
+  }
+  if (sequences % shape.B != 0) {
+    throw BadInput("parallelism.micro_batch", std::to_string(shape.B) + " does not divide " +
+                                                  std::to_string(sequences) +
+                                                  " sequences per step");
+  }
+  if (sequences / shape.B > (1 << 30)) {
+    throw BadInput("train.global_batch_tokens", "too many micro-batches per step");
+  }
+  shape.K = static_cast<int>(sequences / shape.B);
+  return shape;
+}
+
+}  // namespace loom::train

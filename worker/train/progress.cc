@@ -1,0 +1,88 @@
+#include "worker/train/progress.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "worker/train/config/json.h"
+
+namespace loom::train {
+
+Progress::Progress(int rank, int64_t total_steps, int progress_fd, bool human)
+    : rank_(rank), total_steps_(total_steps), fd_(progress_fd), human_(human) {}
+
+std::string Progress::StepJson(const StepResult& r) const {
+  JsonObject phases;
+  for (int p = 0; p < static_cast<int>(Phase::kCount); ++p) {
+    phases.Add(PhaseName(static_cast<Phase>(p)), r.times.seconds[p]);
+  }
+  JsonObject o;
+  o.Add("event", "step")
+      .Add("rank", rank_)
+      .Add("step", r.step)
+      .Add("total_steps", total_steps_)
+      .Add("loss", static_cast<double>(r.loss))
+      .Add("lr", r.lr)
+      .Add("grad_norm", r.grad_norm)
+      .Add("tokens_per_second", r.times.tokens_per_second)
+      .Add("step_seconds", r.times.step_seconds)
+      .AddRaw("phases", phases.str())
+      .Add("memory_bytes", static_cast<uint64_t>(r.memory_bytes))
+      .Add("peak_memory_bytes", static_cast<uint64_t>(r.peak_memory_bytes))
+      .Add("rss_bytes", static_cast<uint64_t>(r.rss_bytes));
+  return o.str();
+}
+
+void Progress::Step(const StepResult& r) {
+  Emit(StepJson(r));
+  if (human_) {
+    std::fprintf(stderr,
+                 "step %lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.1f ms | "
+                 "mem %.1f MiB\n",
+                 static_cast<long long>(r.step), static_cast<long long>(total_steps_), r.loss, r.lr,
+                 r.grad_norm, r.times.tokens_per_second, r.times.step_seconds * 1e3,
+                 r.memory_bytes / 1048576.0);
+  }
+}
+
+void Progress::Eval(int64_t step, float val_loss) {
+  JsonObject o;
+  o.Add("event", "eval")
+      .Add("rank", rank_)
+      .Add("step", step)
+      .Add("val_loss", static_cast<double>(val_loss));
+  Emit(o.str());
+  if (human_)
+    std::fprintf(stderr, "step %lld: val loss %.4f\n", static_cast<long long>(step), val_loss);
+}
+
+void Progress::Checkpoint(int64_t step, const std::string& dir) {
+  JsonObject o;
+  o.Add("event", "checkpoint").Add("rank", rank_).Add("step", step).Add("dir", dir);
+  Emit(o.str());
+}
+
+void Progress::Emit(const std::string& json) {
+  std::string line = json + "\n";
+  std::fwrite(line.data(), 1, line.size(), stdout);
+  std::fflush(stdout);
+  if (fd_ < 0) return;
+  const char* p = line.data();
+  size_t left = line.size();
+  while (left > 0) {
+    ssize_t n = ::write(fd_, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      std::fprintf(stderr, "loom-train: progress fd %d: %s; no more progress lines there\n", fd_,
+                   std::strerror(errno));
+      fd_ = -1;
+      return;
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
+}  // namespace loom::train

@@ -1,0 +1,128 @@
+#include "worker/train/run.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <optional>
+
+#include "worker/train/checkpoint/checkpoint.h"
+#include "worker/train/checkpoint/llmc.h"
+#include "worker/train/config/flags.h"
+#include "worker/train/config/job_config.h"
+#include "worker/train/config/rank_env.h"
+#include "worker/train/data/dataset.h"
+#include "worker/train/error.h"
+#include "worker/train/progress.h"
+#include "worker/train/trainer.h"
+
+namespace loom::train {
+namespace {
+
+// Reads the spec (--spec, else LOOM_SPEC_FILE, else nothing) with the flags laid over it.
+JobConfig LoadConfig(const Flags& flags, const RankEnv& env) {
+  std::string source = !flags.spec_path.empty() ? flags.spec_path : env.spec_file;
+  Value spec;
+  spec.kind = Value::Kind::kObject;
+  if (!source.empty()) spec = ParseSpecText(ReadFileOrThrow(source), source);
+  Value merged = MergeSpecs(spec, flags.overlay);
+  // With --init-from-llmc and no model in the spec, the file's header gives the dimensions.
+  if (!flags.init_from_llmc.empty() && merged.is_object() && merged.Find("model") == nullptr) {
+    ModelDims d = ReadLlmcDims(flags.init_from_llmc);
+    Value model;
+    model.kind = Value::Kind::kObject;
+    auto add = [&model](const char* key, int v) {
+      Value x;
+      x.kind = Value::Kind::kNumber;
+      x.text = std::to_string(v);
+      model.members.emplace_back(key, x);
+    };
+    add("layers", d.layers);
+    add("hidden", d.channels);
+    add("heads", d.heads);
+    add("seq_len", d.max_seq_len);
+    add("vocab", d.vocab);
+    merged.members.emplace_back("model", model);
+  }
+  return JobConfigFromValue(merged, source.empty() ? "flags" : source);
+}
+
+int Run(const std::vector<std::string>& args,
+        const std::function<const char*(const char*)>& getenv) {
+  Flags flags = ParseFlags(args);
+  if (flags.help) {
+    std::fputs(FlagsUsage(), stdout);
+    return kExitOk;
+  }
+  RankEnv env = ReadRankEnv(getenv);
+  JobConfig config = LoadConfig(flags, env);
+  BatchShape shape = ResolveBatchShape(config, env);
+  std::string checkpoint_dir = !flags.checkpoint_dir.empty() ? flags.checkpoint_dir
+                               : !env.checkpoint_dir.empty() ? env.checkpoint_dir
+                                                             : config.checkpoint_dir;
+  if (env.device.rfind("cuda:", 0) == 0 || config.precision == "bf16") {
+    std::fprintf(stderr,
+                 "loom-train: note: this build has only the CPU backend; training in "
+                 "fp32 on the CPU (LOOM_DEVICE=%s, precision %s)\n",
+                 env.device.c_str(), config.precision.c_str());
+  }
+
+  Dataset data = Dataset::Load(config.data_path, config.data_builtin, config.val_path,
+                               config.model.vocab, config.seq_len);
+  Trainer trainer(config, shape, data);
+  if (!flags.init_from_llmc.empty()) ImportLlmc(flags.init_from_llmc, &trainer.model());
+  std::optional<std::string> resume;
+  if (!checkpoint_dir.empty()) resume = FindLatestCheckpoint(checkpoint_dir);
+  if (resume) {
+    CheckpointMeta meta = trainer.Resume(*resume);
+    std::fprintf(stderr, "loom-train: resumed from %s (step %lld)\n", resume->c_str(),
+                 static_cast<long long>(meta.step));
+    if (meta.seed != config.seed) {
+      std::fprintf(stderr,
+                   "loom-train: warning: the checkpoint was trained with seed %llu, "
+                   "this run uses %llu (the data order changes)\n",
+                   static_cast<unsigned long long>(meta.seed),
+                   static_cast<unsigned long long>(config.seed));
+    }
+  }
+  std::fprintf(
+      stderr, "loom-train: %s %s (%zu parameters), %lld steps of %d x %d x %d tokens, lr %g%s\n",
+      config.preset.empty() ? "model" : config.preset.c_str(), DimsString(config.model).c_str(),
+      trainer.model().num_params(), static_cast<long long>(config.steps), shape.K, shape.B, shape.T,
+      config.lr, checkpoint_dir.empty() ? ", no checkpoint dir" : "");
+
+  Progress progress(env.rank, config.steps, env.progress_fd, ::isatty(2) == 1 && !flags.quiet);
+  while (trainer.step() < config.steps) {
+    StepResult r = trainer.Step();
+    progress.Step(r);
+    const bool last = r.step == config.steps;
+    if (config.eval_every > 0 && (r.step % config.eval_every == 0 || last)) {
+      progress.Eval(r.step, trainer.Evaluate());
+    }
+    const bool periodic = config.checkpoint_every > 0 && r.step % config.checkpoint_every == 0;
+    if (!checkpoint_dir.empty() && (periodic || last)) {
+      progress.Checkpoint(r.step, trainer.Save(checkpoint_dir, env.generation));
+    }
+  }
+  if (!flags.export_llmc.empty()) {
+    ExportLlmc(flags.export_llmc, trainer.model());
+    std::fprintf(stderr, "loom-train: wrote %s\n", flags.export_llmc.c_str());
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int RunLoomTrain(const std::vector<std::string>& args,
+                 const std::function<const char*(const char*)>& getenv) {
+  try {
+    return Run(args, getenv);
+  } catch (const InputError& e) {
+    std::fprintf(stderr, "loom-train: %s\n", e.what());
+    return kExitBadInput;
+  } catch (const IoError& e) {
+    std::fprintf(stderr, "loom-train: %s\n", e.what());
+    return kExitCrash;
+  }
+}
+
+}  // namespace loom::train
