@@ -1,0 +1,504 @@
+#include "server/jobs/job_manager.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "absl/random/random.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "google/protobuf/util/time_util.h"
+#include "server/jobs/job_manager_helpers.h"
+#include "server/jobs/job_state_machine.h"
+#include "server/scheduler/gang_scheduler.h"
+
+namespace loom::jobs {
+
+namespace {
+
+using internal::IsGangState;
+using internal::PlacementNodes;
+
+constexpr char kPageTokenPrefix[] = "loom-page-v1";
+
+// A short, time-sortable id: 9 base-32 digits of Unix milliseconds, then 4 random ones.
+std::string NewJobId(absl::Time now, absl::BitGen& gen) {
+  constexpr char kDigits[] = "0123456789abcdefghijklmnopqrstuv";
+  uint64_t millis = static_cast<uint64_t>(std::max<int64_t>(0, absl::ToUnixMillis(now)));
+  std::string id(13, '0');
+  for (int i = 8; i >= 0; --i) {
+    id[i] = kDigits[millis % 32];
+    millis /= 32;
+  }
+  for (int i = 9; i < 13; ++i) id[i] = kDigits[absl::Uniform(gen, 0, 32)];
+  return id;
+}
+
+std::string EncodePageToken(v1::JobState state, int64_t after_sequence) {
+  return absl::WebSafeBase64Escape(
+      absl::StrCat(kPageTokenPrefix, ":", static_cast<int>(state), ":", after_sequence));
+}
+
+absl::StatusOr<int64_t> DecodePageToken(const std::string& token, v1::JobState state) {
+  const absl::Status bad = absl::InvalidArgumentError(
+      "page_token is not a token from a previous ListJobs response; pass next_page_token "
+      "unchanged, or omit page_token to start from the first page");
+  std::string raw;
+  if (!absl::WebSafeBase64Unescape(token, &raw)) return bad;
+  std::vector<absl::string_view> parts = absl::StrSplit(raw, ':');
+  int token_state = 0;
+  int64_t sequence = 0;
+  if (parts.size() != 3 || parts[0] != kPageTokenPrefix ||
+      !absl::SimpleAtoi(parts[1], &token_state) || !absl::SimpleAtoi(parts[2], &sequence) ||
+      sequence < 0) {
+    return bad;
+  }
+  if (token_state != static_cast<int>(state)) {
+    return absl::InvalidArgumentError(
+        "page_token was issued for another state filter; repeat the request with the same "
+        "state, or omit page_token to start over");
+  }
+  return sequence;
+}
+
+// The kind and number of devices a spec asks for.
+std::pair<v1::DeviceKind, int> Demand(const v1::JobSpec& spec) {
+  if (spec.resources().gpus() > 0) return {v1::DEVICE_KIND_GPU, spec.resources().gpus()};
+  return {v1::DEVICE_KIND_CPU, std::max(1, spec.resources().cpu_devices())};
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ParseJobName(std::string_view name, std::string_view field) {
+  constexpr std::string_view kPrefix = "jobs/";
+  if (name.substr(0, kPrefix.size()) != kPrefix || !IsSafeJobId(name.substr(kPrefix.size()))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        std::string(field), " must look like jobs/{job} (got \"", std::string(name.substr(0, 80)),
+        "\"); use the name returned by CreateJob or ListJobs"));
+  }
+  return std::string(name.substr(kPrefix.size()));
+}
+
+// ---- Construction -----------------------------------------------------------------------------
+
+JobManager::JobManager(store::JobStore* store, const Clock* clock, SpecValidator validator,
+                       LogStore* logs, rendezvous::RendezvousStore* rendezvous,
+                       server_metrics::ServerMetrics* metrics, JobManagerOptions options)
+    : store_(store),
+      clock_(clock),
+      validator_(std::move(validator)),
+      logs_(logs),
+      rendezvous_(rendezvous),
+      metrics_(metrics),
+      options_(std::move(options)),
+      rendezvous_address_(options_.rendezvous_address) {}
+
+absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(
+    store::JobStore* store, const Clock* clock, SpecValidator validator, LogStore* logs,
+    rendezvous::RendezvousStore* rendezvous, server_metrics::ServerMetrics* metrics,
+    JobManagerOptions options) {
+  std::unique_ptr<JobManager> manager(new JobManager(store, clock, std::move(validator), logs,
+                                                     rendezvous, metrics, std::move(options)));
+  RETURN_IF_ERROR(manager->Restore());
+  return manager;
+}
+
+JobManager::~JobManager() { Shutdown(); }
+
+absl::Status JobManager::Restore() {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_->Now();
+  ASSIGN_OR_RETURN(std::vector<v1::Node> nodes, store_->ListNodes());
+  for (const v1::Node& node : nodes) nodes_.Restore(node, now);
+
+  ASSIGN_OR_RETURN(std::vector<store::StoredJob> jobs, store_->ListActiveJobs());
+  for (store::StoredJob& stored : jobs) {
+    auto active = std::make_unique<ActiveJob>();
+    active->sequence = stored.sequence;
+    active->job = std::move(stored.job);
+    std::tie(active->kind, active->world_size) = Demand(active->job.spec());
+    active->tensor = std::max(1, active->job.layout().tensor());
+    active->ready_since = now;
+    active->restart_at = now;
+    active->last_progress_write = now;
+    if (IsGangState(active->job.state())) {
+      for (const v1::Placement& p : active->job.placements()) {
+        nodes_.Allocate(p.node(), {p.device_indices().begin(), p.device_indices().end()},
+                        active->job.name());
+      }
+    }
+    const std::string name = active->job.name();
+    active_.emplace(name, std::move(active));
+  }
+
+  // Count every stored job by state for loom_jobs{state}; later transitions keep it current.
+  int64_t after = 0;
+  while (true) {
+    ASSIGN_OR_RETURN(store::JobPage page, store_->ListJobs(std::nullopt, after, 1000));
+    for (const store::StoredJob& stored : page.jobs) ++state_counts_[stored.job.state()];
+    if (page.jobs.empty() || !page.has_more) break;
+    after = page.jobs.back().sequence;
+  }
+  LOOM_LOG(INFO) << "restored " << active_.size() << " active jobs and " << nodes.size()
+                 << " nodes from the store";
+  return absl::OkStatus();
+}
+
+// ---- Commit path ------------------------------------------------------------------------------
+
+absl::Status JobManager::CommitLocked(ActiveJob& active, v1::Job updated,
+                                      const std::optional<v1::JobEvent>& event) {
+  RETURN_IF_ERROR(store_->UpdateJob(updated, event));
+  const std::string name = updated.name();
+  const v1::JobState old_state = active.job.state();
+  const v1::JobState new_state = updated.state();
+  const bool terminal = IsTerminal(new_state);
+  if (old_state != new_state) {
+    --state_counts_[old_state];
+    ++state_counts_[new_state];
+  }
+  // Allocations follow the placements of gang states exactly.
+  nodes_.Release(name);
+  if (IsGangState(new_state)) {
+    for (const v1::Placement& p : updated.placements()) {
+      nodes_.Allocate(p.node(), {p.device_indices().begin(), p.device_indices().end()}, name);
+    }
+  }
+  if (rendezvous_ != nullptr && (terminal || updated.generation() != active.job.generation() ||
+                                 new_state == v1::RESTARTING)) {
+    // Entries of older generations (and of a stopped gang) can never be read again.
+    rendezvous_->DropJob(name, terminal || new_state == v1::RESTARTING
+                                   ? std::numeric_limits<int64_t>::max()
+                                   : updated.generation());
+  }
+  active.job = std::move(updated);
+  active.progress_dirty = false;
+  active.last_progress_write = clock_->Now();
+  watchers_.Publish(active.job, event.has_value());
+  if (terminal) active_.erase(name);  // `active` is gone from here on
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::TransitionLocked(ActiveJob& active, v1::Job updated, v1::JobState to,
+                                          const std::string& reason) {
+  ASSIGN_OR_RETURN(v1::JobEvent event, Transition(updated, to, reason, clock_->Now()));
+  RETURN_IF_ERROR(CommitLocked(active, std::move(updated), event));
+  if (to == v1::RESTARTING && metrics_ != nullptr) metrics_->IncrementRestarts();
+  return absl::OkStatus();
+}
+
+// ---- Jobs -------------------------------------------------------------------------------------
+
+absl::StatusOr<v1::Job> JobManager::CreateJob(const v1::CreateJobRequest& request) {
+  if (request.request_id().size() > 128) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request_id must be at most 128 characters (got ", request.request_id().size(),
+                     "); a UUID is a good choice"));
+  }
+  if (!request.has_spec()) {
+    return absl::InvalidArgumentError(
+        "spec is required; give at least train.steps and resources (see loomctl submit -f)");
+  }
+  std::string name;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return absl::UnavailableError("loomd is shutting down; retry later");
+    if (!request.request_id().empty()) {
+      ASSIGN_OR_RETURN(std::optional<store::StoredJob> existing,
+                       store_->FindJobByRequestId(request.request_id()));
+      if (existing.has_value()) name = existing->job.name();
+    }
+    if (name.empty()) {
+      ASSIGN_OR_RETURN(AcceptedSpec accepted, validator_(request.spec(), nodes_.ReadyCapacity()));
+      const absl::Time now = clock_->Now();
+      v1::Job job;
+      job.set_name(absl::StrCat("jobs/", NewJobId(now, id_gen_)));
+      *job.mutable_spec() = std::move(accepted.spec);
+      *job.mutable_layout() = std::move(accepted.layout);
+      job.set_request_id(request.request_id());
+      ASSIGN_OR_RETURN(v1::JobEvent event,
+                       Transition(job, v1::QUEUED, "created; waiting for devices", now));
+      ASSIGN_OR_RETURN(int64_t sequence, store_->CreateJob(job, event));
+      auto active = std::make_unique<ActiveJob>();
+      active->sequence = sequence;
+      active->job = job;
+      std::tie(active->kind, active->world_size) = Demand(job.spec());
+      active->tensor = std::max(1, job.layout().tensor());
+      active->ready_since = now;
+      active->last_progress_write = now;
+      name = job.name();
+      active_.emplace(name, std::move(active));
+      ++state_counts_[v1::QUEUED];
+      LOOM_LOG(INFO) << "created " << name << " (" << job.spec().name() << ")";
+      ScheduleLocked();
+    }
+  }
+  return LoadJob(name);
+}
+
+absl::StatusOr<v1::Job> JobManager::LoadJob(std::string_view name) {
+  RETURN_IF_ERROR(ParseJobName(name).status());
+  absl::MutexLock lock(&mu_);
+  v1::Job job;
+  auto it = active_.find(name);
+  if (it != active_.end()) {
+    job = it->second->job;
+    if (job.state() == v1::QUEUED && !it->second->waiting_reason.empty()) {
+      job.set_state_reason(absl::StrCat("waiting for devices: ", it->second->waiting_reason));
+    }
+  } else {
+    absl::StatusOr<store::StoredJob> stored = store_->GetJob(name);
+    if (absl::IsNotFound(stored.status())) {
+      return absl::NotFoundError(absl::StrCat("job ", std::string(name),
+                                              " not found; ListJobs shows the jobs that exist"));
+    }
+    if (!stored.ok()) return stored.status();
+    job = std::move(stored->job);
+  }
+  ASSIGN_OR_RETURN(std::vector<v1::JobEvent> events, store_->ListEvents(name));
+  for (v1::JobEvent& e : events) *job.add_events() = std::move(e);
+  return job;
+}
+
+absl::StatusOr<v1::Job> JobManager::GetJob(std::string_view name) { return LoadJob(name); }
+
+absl::StatusOr<v1::ListJobsResponse> JobManager::ListJobs(const v1::ListJobsRequest& request) {
+  if (request.page_size() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_size must be 1..1000 (got ", request.page_size(), "); omit it for 100"));
+  }
+  // AIP-158: a size above the maximum is coerced to it.
+  const int page_size = request.page_size() == 0 ? 100 : std::min(request.page_size(), 1000);
+  if (!v1::JobState_IsValid(request.state())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "state ", static_cast<int>(request.state()),
+        " is not a JobState; use QUEUED, SCHEDULED, RUNNING, SUCCEEDED, FAILED, CANCELLED or "
+        "RESTARTING, or omit it for every state"));
+  }
+  int64_t after = 0;
+  if (!request.page_token().empty()) {
+    ASSIGN_OR_RETURN(after, DecodePageToken(request.page_token(), request.state()));
+  }
+  std::optional<v1::JobState> filter;
+  if (request.state() != v1::JOB_STATE_UNSPECIFIED) filter = request.state();
+  ASSIGN_OR_RETURN(store::JobPage page, store_->ListJobs(filter, after, page_size));
+  v1::ListJobsResponse response;
+  absl::MutexLock lock(&mu_);
+  for (store::StoredJob& stored : page.jobs) {
+    v1::Job* job = response.add_jobs();
+    auto it = active_.find(stored.job.name());
+    // Fresher progress from memory, but the state as the store page says (the filter holds).
+    if (it != active_.end() && it->second->job.state() == stored.job.state()) {
+      *job = it->second->job;
+    } else {
+      *job = std::move(stored.job);
+    }
+  }
+  if (page.has_more && !page.jobs.empty()) {
+    response.set_next_page_token(EncodePageToken(request.state(), page.jobs.back().sequence));
+  }
+  return response;
+}
+
+absl::StatusOr<v1::Job> JobManager::CancelJob(std::string_view name) {
+  RETURN_IF_ERROR(ParseJobName(name).status());
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = active_.find(name);
+    if (it == active_.end()) {
+      absl::StatusOr<store::StoredJob> stored = store_->GetJob(name);
+      if (absl::IsNotFound(stored.status())) {
+        return absl::NotFoundError(absl::StrCat("job ", std::string(name),
+                                                " not found; ListJobs shows the jobs that exist"));
+      }
+      if (!stored.ok()) return stored.status();
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", std::string(name), " is already ", v1::JobState_Name(stored->job.state()),
+          "; only QUEUED, SCHEDULED, RUNNING or RESTARTING jobs can be cancelled"));
+    }
+    ActiveJob& active = *it->second;
+    const std::vector<std::string> nodes = PlacementNodes(active.job);
+    const int64_t generation = active.job.generation();
+    v1::Job updated = active.job;
+    updated.clear_placements();
+    RETURN_IF_ERROR(
+        TransitionLocked(active, std::move(updated), v1::CANCELLED, "cancelled by the user"));
+    SendCancelLocked(nodes, std::string(name), generation, "job cancelled by the user");
+    LOOM_LOG(INFO) << "cancelled " << name;
+    ScheduleLocked();
+  }
+  return LoadJob(name);
+}
+
+absl::StatusOr<std::shared_ptr<JobSubscription>> JobManager::WatchJob(std::string_view name) {
+  ASSIGN_OR_RETURN(v1::Job job, LoadJob(name));
+  absl::MutexLock lock(&mu_);
+  // Re-read the live job under the lock so that no update falls between snapshot and subscribe.
+  auto it = active_.find(name);
+  if (it != active_.end()) {
+    auto events = std::move(*job.mutable_events());
+    job = it->second->job;
+    *job.mutable_events() = std::move(events);
+  }
+  return watchers_.Subscribe(job);
+}
+
+absl::StatusOr<bool> JobManager::IsJobFinished(std::string_view name) {
+  RETURN_IF_ERROR(ParseJobName(name).status());
+  absl::MutexLock lock(&mu_);
+  if (active_.contains(name)) return shut_down_;
+  absl::StatusOr<store::StoredJob> stored = store_->GetJob(name);
+  if (absl::IsNotFound(stored.status())) {
+    return absl::NotFoundError(absl::StrCat("job ", std::string(name), " not found"));
+  }
+  if (!stored.ok()) return stored.status();
+  return true;
+}
+
+// ---- Scheduling -------------------------------------------------------------------------------
+
+void JobManager::SetRendezvousAddress(std::string address) {
+  absl::MutexLock lock(&mu_);
+  rendezvous_address_ = std::move(address);
+  ScheduleLocked();
+}
+
+void JobManager::ScheduleLocked() {
+  if (shut_down_ || rendezvous_address_.empty()) return;
+  const absl::Time now = clock_->Now();
+  std::vector<scheduler::JobRequest> queue;
+  for (const auto& [name, active] : active_) {
+    const v1::JobState state = active->job.state();
+    if (state != v1::QUEUED && !(state == v1::RESTARTING && active->restart_at <= now)) continue;
+    scheduler::JobRequest request;
+    request.job = name;
+    request.priority = active->job.spec().priority();
+    request.sequence = active->sequence;
+    request.kind = active->kind;
+    request.devices = active->world_size;
+    request.tensor = active->tensor;
+    queue.push_back(std::move(request));
+  }
+  if (queue.empty()) return;
+  const scheduler::Decision decision = scheduler::Schedule(nodes_.Snapshot(), queue);
+  for (const scheduler::Waiting& waiting : decision.waiting) {
+    auto it = active_.find(waiting.job);
+    if (it != active_.end()) it->second->waiting_reason = waiting.reason;
+  }
+  for (const scheduler::JobPlacement& placed : decision.placed) {
+    auto it = active_.find(placed.job);
+    if (it == active_.end()) continue;
+    std::vector<v1::Placement> placements;
+    std::vector<std::string> parts;
+    for (const scheduler::NodeShare& share : placed.nodes) {
+      v1::Placement p;
+      p.set_node(share.node);
+      for (int d : share.device_indices) p.add_device_indices(d);
+      for (int r : share.ranks) p.add_ranks(r);
+      parts.push_back(
+          absl::StrCat(share.node, " (devices ", absl::StrJoin(share.device_indices, ","), ")"));
+      placements.push_back(std::move(p));
+    }
+    LaunchLocked(*it->second, placements, absl::StrCat("placed on ", absl::StrJoin(parts, ", ")));
+  }
+}
+
+void JobManager::LaunchLocked(ActiveJob& active, const std::vector<v1::Placement>& placements,
+                              const std::string& reason) {
+  const absl::Time now = clock_->Now();
+  v1::Job updated = active.job;
+  updated.clear_placements();
+  for (const v1::Placement& p : placements) *updated.add_placements() = p;
+  absl::Status status = TransitionLocked(active, std::move(updated), v1::SCHEDULED, reason);
+  if (!status.ok()) {
+    LOOM_LOG(ERROR) << "cannot schedule " << active.job.name() << ": " << status;
+    return;
+  }
+  if (metrics_ != nullptr) metrics_->ObserveSchedulingLatency(now - active.ready_since);
+  active.waiting_reason.clear();
+  active.running_ranks.clear();
+  active.succeeded_ranks.clear();
+  active.latest_steps.clear();
+  active.missing_on.clear();
+  active.rate_start_step = -1;
+
+  const v1::Job& job = active.job;
+  for (int i = 0; i < job.placements_size(); ++i) {
+    const v1::Placement& p = job.placements(i);
+    v1::CoordinatorMessage message;
+    v1::Assignment* a = message.mutable_assign();
+    a->set_job(job.name());
+    a->set_generation(job.generation());
+    *a->mutable_spec() = job.spec();
+    *a->mutable_layout() = job.layout();
+    a->set_world_size(active.world_size);
+    for (int j = 0; j < p.ranks_size() && j < p.device_indices_size(); ++j) {
+      v1::RankAssignment* r = a->add_ranks();
+      r->set_rank(p.ranks(j));
+      r->set_local_rank(j);
+      r->set_device_index(p.device_indices(j));
+      r->set_device_kind(active.kind);
+    }
+    a->set_rendezvous_address(rendezvous_address_);
+    a->set_num_nodes(job.placements_size());
+    a->set_node_rank(i);
+    if (!nodes_.Send(p.node(), message)) {
+      // The node's session is gone; its reconnect (hello without this gang) or its timeout
+      // fails the gang over.
+      LOOM_LOG(WARNING) << "no session to send " << job.name() << " to " << p.node();
+    }
+  }
+  LOOM_LOG(INFO) << "scheduled " << job.name() << " generation " << job.generation() << ": "
+                 << reason;
+}
+
+void JobManager::SendCancelLocked(const std::vector<std::string>& node_names,
+                                  const std::string& job, int64_t generation,
+                                  const std::string& reason) {
+  v1::CoordinatorMessage message;
+  message.mutable_cancel()->set_job(job);
+  message.mutable_cancel()->set_generation(generation);
+  message.mutable_cancel()->set_reason(reason);
+  for (const std::string& node : node_names) nodes_.Send(node, message);
+}
+
+void JobManager::FailGangLocked(ActiveJob& active, bool retryable, const std::string& what) {
+  const std::string name = active.job.name();
+  const std::vector<std::string> nodes = PlacementNodes(active.job);
+  const int64_t generation = active.job.generation();
+  v1::Job updated = active.job;
+  updated.clear_placements();
+  absl::Status status;
+  std::string reason;
+  const int max_restarts = updated.spec().restart().max_restarts();
+  if (retryable && StateAfterRetryableFailure(updated) == v1::RESTARTING) {
+    v1::Job next = updated;
+    next.set_restart_count(next.restart_count() + 1);
+    const absl::Duration backoff = RestartBackoff(next);
+    reason = absl::StrCat(what, "; restarting in ", absl::FormatDuration(backoff), " (restart ",
+                          next.restart_count(), " of ", max_restarts, ")");
+    status = TransitionLocked(active, std::move(updated), v1::RESTARTING, reason);
+    if (status.ok()) {
+      active.restart_at = clock_->Now() + backoff;
+      active.ready_since = active.restart_at;
+    }
+  } else {
+    reason = retryable ? absl::StrCat(what, "; restarts exhausted (", updated.restart_count(),
+                                      " of ", max_restarts, ")")
+                       : what;
+    status = TransitionLocked(active, std::move(updated), v1::FAILED, reason);
+  }
+  if (!status.ok()) {
+    LOOM_LOG(ERROR) << "cannot record the failure of " << name << ": " << status;
+    return;
+  }
+  LOOM_LOG(INFO) << name << " generation " << generation << " failed: " << reason;
+  SendCancelLocked(nodes, name, generation, absl::StrCat("gang stopped: ", what));
+}
+
+}  // namespace loom::jobs

@@ -1,0 +1,267 @@
+// JobManager: the owner of loomd's live state. It holds the in-memory view of every active job
+// and every node (rebuilt from the store at start-up), decides every state change, and drives
+// the workers through their sessions.
+//
+// Invariants:
+//  - Write-ahead: every change of a job or node is written to the store first; only when the
+//    write succeeds are memory, workers and watchers updated. A store error leaves memory as it
+//    was and is returned (or logged, for changes triggered by workers and timers, which are
+//    retried by the next report or tick).
+//  - A job's state changes only through jobs::Transition().
+//  - A device is allocated to at most one job; a job in SCHEDULED or RUNNING holds exactly the
+//    devices of its placements, every other job holds none.
+//  - Reports from workers carry (job, generation); anything not about the current generation of
+//    an active job placed on that node is ignored, and the worker is told to cancel it.
+//
+// Scheduling runs after every change that can free devices or add work (job created, node
+// registered or reconnected, gang stopped, backoff expired): a snapshot of the ready nodes and
+// the queue goes to the pure scheduler::Schedule(), and each placement becomes SCHEDULED with
+// generation + 1 and an Assignment on the session of every node of the gang.
+//
+// Time comes from the injected Clock. Tick() handles everything that happens because time
+// passes (heartbeat timeouts, restart backoff, throttled progress writes); loomd calls it from a
+// background thread (StartTicker), tests call it after FakeClock::Advance.
+//
+// Threading: thread-safe; one mutex (mu_) guards all state, including the NodeRegistry. Store
+// writes happen under mu_ (which orders them), so store calls must not call back into the
+// manager. Sessions are sent to under mu_ and must not block (SessionSink contract). Log
+// appends and rendezvous traffic do not take mu_ except for short lookups.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/random/random.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "loom/v1/job.pb.h"
+#include "loom/v1/node.pb.h"
+#include "server/jobs/job_watchers.h"
+#include "server/jobs/log_store.h"
+#include "server/metrics/server_metrics.h"
+#include "server/nodes/node_registry.h"
+#include "server/rendezvous/rendezvous_store.h"
+#include "server/store/job_store.h"
+
+namespace loom::jobs {
+
+// A spec as accepted: defaults filled in and the layout resolved.
+struct AcceptedSpec {
+  v1::JobSpec spec;
+  v1::Layout layout;
+};
+
+// Validates a user's spec against the devices of the READY nodes. Errors are INVALID_ARGUMENT
+// or FAILED_PRECONDITION naming the field and the fix. Bound to ValidateJobSpec in loomd
+// (default_spec_validator.h); injectable so the manager can be tested on its own.
+using SpecValidator =
+    std::function<absl::StatusOr<AcceptedSpec>(const v1::JobSpec&, const nodes::Capacity&)>;
+
+struct JobManagerOptions {
+  // host:port that ranks use for the RendezvousService (loomd's --advertise). Nothing is
+  // scheduled while it is empty (see SetRendezvousAddress).
+  std::string rendezvous_address;
+  // How often workers heartbeat (sent to them) and how long a silent node stays READY.
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  absl::Duration node_timeout = absl::Seconds(10);
+  // Progress is written to the store at most this often per job (and on every state change).
+  absl::Duration progress_persist_interval = absl::Seconds(1);
+  // After a hello that does not list a gang loomd placed on that node, how long the worker has
+  // to prove it alive or finished (it re-sends its last exit reports right after hello) before
+  // the gang fails over.
+  absl::Duration reconcile_grace = absl::Seconds(3);
+};
+
+class JobManager {
+ public:
+  // Rebuilds the in-memory view from `store` (active jobs, known nodes; every known node gets
+  // the node timeout from now to reconnect). Every pointer must outlive the manager;
+  // `metrics` and `rendezvous` may be null.
+  static absl::StatusOr<std::unique_ptr<JobManager>> Create(store::JobStore* store,
+                                                            const Clock* clock,
+                                                            SpecValidator validator, LogStore* logs,
+                                                            rendezvous::RendezvousStore* rendezvous,
+                                                            server_metrics::ServerMetrics* metrics,
+                                                            JobManagerOptions options);
+  ~JobManager();
+  JobManager(const JobManager&) = delete;
+  JobManager& operator=(const JobManager&) = delete;
+
+  // ---- Jobs (JobService) ----
+
+  // Validates and stores a new QUEUED job, then schedules. A non-empty request_id already used
+  // returns the job created with it (no second job). Malformed input writes nothing.
+  absl::StatusOr<v1::Job> CreateJob(const v1::CreateJobRequest& request);
+  // The job with its event log. INVALID_ARGUMENT for a malformed name, NOT_FOUND if unknown.
+  absl::StatusOr<v1::Job> GetJob(std::string_view name);
+  // A page of jobs, oldest first (see ListJobsRequest); INVALID_ARGUMENT for a bad page_size
+  // or page_token.
+  absl::StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request);
+  // Moves a non-terminal job to CANCELLED and cancels its ranks on every node;
+  // FAILED_PRECONDITION for a terminal job.
+  absl::StatusOr<v1::Job> CancelJob(std::string_view name);
+  // A subscription whose first update is the job as it is now (see JobWatchers).
+  absl::StatusOr<std::shared_ptr<JobSubscription>> WatchJob(std::string_view name);
+  // Whether the job is terminal (for log followers). Errors as GetJob.
+  absl::StatusOr<bool> IsJobFinished(std::string_view name);
+
+  // ---- Nodes (NodeService) ----
+
+  // Validates and stores the node (READY; a known node gets its inventory replaced), then
+  // schedules.
+  absl::StatusOr<v1::RegisterNodeResponse> RegisterNode(const v1::RegisterNodeRequest& request);
+  v1::ListNodesResponse ListNodes();
+
+  // Starts a session for the node of `hello` (which must be registered), replacing any earlier
+  // one, and reconciles what the worker runs with the store (see the .cc). Returns the session
+  // id to pass to the calls below. FAILED_PRECONDITION for an unregistered node.
+  absl::StatusOr<uint64_t> OpenSession(const v1::SessionHello& hello,
+                                       std::shared_ptr<nodes::SessionSink> sink);
+  // Handles one message of an open session. FAILED_PRECONDITION when the session was replaced
+  // or closed (the adapter then ends the stream); a malformed message is INVALID_ARGUMENT and
+  // the session continues. Never crashes on any input.
+  absl::Status HandleWorkerMessage(std::string_view node_id, uint64_t session_id,
+                                   const v1::WorkerMessage& message);
+  // Ends the session if it is still the node's current one. The node stays READY until the
+  // node timeout passes without a new session.
+  void CloseSession(std::string_view node_id, uint64_t session_id);
+
+  // ---- Rendezvous ----
+
+  // The scope checker for RendezvousStore: OK when `job` is active at `generation`.
+  absl::Status CheckRendezvousScope(std::string_view job, int64_t generation);
+
+  // Sets the address sent to ranks in assignments; loomd learns it only after binding a port
+  // 0 listener, so scheduling waits for it. Then schedules.
+  void SetRendezvousAddress(std::string address);
+
+  // ---- Time ----
+
+  // Marks silent nodes LOST (failing over their jobs), re-queues jobs whose backoff expired,
+  // persists throttled progress, and schedules.
+  void Tick();
+  // Calls Tick() every `interval` on a background thread until Shutdown().
+  void StartTicker(absl::Duration interval);
+  // Stops the ticker, closes every watcher and session. Idempotent.
+  void Shutdown();
+
+  // ---- Telemetry ----
+
+  server_metrics::Snapshot MetricsSnapshot();
+  // The latest StepReport of each rank of the job's current generation (for later telemetry).
+  std::map<int, v1::StepReport> LatestSteps(std::string_view name);
+
+ private:
+  // Everything the manager knows about a job that is not terminal.
+  struct ActiveJob {
+    int64_t sequence = 0;
+    v1::Job job;  // as stored, plus progress newer than the last throttled write
+    v1::DeviceKind kind = v1::DEVICE_KIND_CPU;
+    int world_size = 1;
+    int tensor = 1;
+    absl::Time ready_since;      // when the job last became eligible for scheduling
+    absl::Time restart_at;       // RESTARTING: the end of the backoff
+    std::string waiting_reason;  // QUEUED: the scheduler's last word (memory only)
+    // The current generation's gang, as reported by the workers.
+    std::set<int> running_ranks;
+    std::set<int> succeeded_ranks;
+    std::map<int, v1::StepReport> latest_steps;
+    // Nodes whose hello did not list this gang, and when the grace for them ends.
+    std::map<std::string, absl::Time> missing_on;
+    // Progress: throttled writes and the rate behind the ETA.
+    bool progress_dirty = false;
+    absl::Time last_progress_write;
+    int64_t rate_start_step = -1;
+    absl::Time rate_start_time;
+  };
+
+  // Moves a SCHEDULED job whose every rank has started to RUNNING. Requires mu_.
+  void MaybeMarkRunningLocked(ActiveJob& active) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  JobManager(store::JobStore* store, const Clock* clock, SpecValidator validator, LogStore* logs,
+             rendezvous::RendezvousStore* rendezvous, server_metrics::ServerMetrics* metrics,
+             JobManagerOptions options);
+  absl::Status Restore();
+
+  // Writes `updated` (and `event`) to the store, then installs it in memory, publishes it, and
+  // keeps allocations, metrics and rendezvous in step. On a terminal state the job leaves the
+  // active set. Requires mu_.
+  absl::Status CommitLocked(ActiveJob& active, v1::Job updated,
+                            const std::optional<v1::JobEvent>& event)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Transition + commit. Requires mu_.
+  absl::Status TransitionLocked(ActiveJob& active, v1::Job updated, v1::JobState to,
+                                const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs the scheduler and launches every placement. Requires mu_.
+  void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LaunchLocked(ActiveJob& active, const std::vector<v1::Placement>& placements,
+                    const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops the gang of a running job after a failure (retryable: restart or FAILED when
+  // exhausted; permanent: FAILED). Requires mu_.
+  void FailGangLocked(ActiveJob& active, bool retryable, const std::string& what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends CancelAssignment for (job, generation) to each node named. Requires mu_.
+  void SendCancelLocked(const std::vector<std::string>& node_names, const std::string& job,
+                        int64_t generation, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void HandleRankStatusLocked(const std::string& node, const v1::RankStatus& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void HandleStepLocked(const std::string& node, const v1::StepReport& report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The active job that a report about (job, generation) from `node` refers to, or null when
+  // the report is stale (then the worker is told to cancel unless `quiet`). Requires mu_.
+  ActiveJob* CurrentGangLocked(const std::string& node, const std::string& job, int64_t generation,
+                               bool quiet) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails over gangs whose node did not account for them within the reconcile grace.
+  void CheckMissingLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks nodes LOST whose last message is older than the node timeout. Requires mu_.
+  void CheckNodesLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status PersistNodeLocked(nodes::NodeEntry& entry, v1::NodeState state)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job with progress from memory when active, else as stored.
+  absl::StatusOr<v1::Job> LoadJob(std::string_view name);
+  void AppendLogs(const std::string& node, const v1::LogChunk& chunk);
+
+  store::JobStore* const store_;
+  const Clock* const clock_;
+  const SpecValidator validator_;
+  LogStore* const logs_;
+  rendezvous::RendezvousStore* const rendezvous_;
+  server_metrics::ServerMetrics* const metrics_;
+  const JobManagerOptions options_;
+
+  absl::Mutex mu_;
+  std::map<std::string, std::unique_ptr<ActiveJob>, std::less<>> active_ ABSL_GUARDED_BY(mu_);
+  nodes::NodeRegistry nodes_ ABSL_GUARDED_BY(mu_);
+  std::string rendezvous_address_ ABSL_GUARDED_BY(mu_);
+  std::map<v1::JobState, int> state_counts_ ABSL_GUARDED_BY(mu_);  // every job in the store
+  // Stale (node, job, generation) gangs already told to cancel on the node's current session,
+  // so that a stale gang's stream of reports does not become a stream of cancels.
+  std::set<std::string> stale_cancelled_ ABSL_GUARDED_BY(mu_);
+  absl::BitGen id_gen_ ABSL_GUARDED_BY(mu_);  // the random part of job ids
+  JobWatchers watchers_;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+
+  absl::Notification stop_ticker_;
+  std::thread ticker_;
+};
+
+// Parses "jobs/{job}" and returns {job}; INVALID_ARGUMENT "name must look like jobs/{job} ..."
+// for anything else. `field` names the request field in the message.
+absl::StatusOr<std::string> ParseJobName(std::string_view name, std::string_view field = "name");
+
+}  // namespace loom::jobs

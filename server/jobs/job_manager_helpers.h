@@ -1,0 +1,61 @@
+// Small pure helpers shared by the two halves of the job manager (job_manager.cc: the user
+// side; job_manager_workers.cc: the worker side). Internal to server/jobs/.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "google/protobuf/timestamp.pb.h"
+#include "google/protobuf/util/time_util.h"
+#include "loom/v1/job.pb.h"
+#include "loom/v1/node.pb.h"
+
+namespace loom::jobs::internal {
+
+// The states in which a job holds devices and its gang runs (or starts).
+inline bool IsGangState(v1::JobState state) {
+  return state == v1::SCHEDULED || state == v1::RUNNING;
+}
+
+inline google::protobuf::Timestamp ToProto(absl::Time t) {
+  return google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(t));
+}
+
+// "rank 1 killed by signal 9 (SIGKILL)" from a failed rank's status.
+inline std::string DescribeExit(const v1::RankStatus& status) {
+  if (!status.message().empty()) {
+    return absl::StrCat("rank ", status.rank(), " ", status.message());
+  }
+  if (status.signal() != 0) {
+    return absl::StrCat("rank ", status.rank(), " killed by signal ", status.signal());
+  }
+  return absl::StrCat("rank ", status.rank(), " exited with code ", status.exit_code());
+}
+
+inline bool PlacedOn(const v1::Job& job, std::string_view node) {
+  for (const v1::Placement& p : job.placements()) {
+    if (p.node() == node) return true;
+  }
+  return false;
+}
+
+inline bool RankPlacedOn(const v1::Job& job, std::string_view node, int rank) {
+  for (const v1::Placement& p : job.placements()) {
+    if (p.node() != node) continue;
+    for (int r : p.ranks()) {
+      if (r == rank) return true;
+    }
+  }
+  return false;
+}
+
+inline std::vector<std::string> PlacementNodes(const v1::Job& job) {
+  std::vector<std::string> out;
+  for (const v1::Placement& p : job.placements()) out.push_back(p.node());
+  return out;
+}
+
+}  // namespace loom::jobs::internal

@@ -1,0 +1,483 @@
+// The worker side of the JobManager: node registration, sessions and their reconciliation,
+// rank reports, progress, and everything driven by time (see job_manager.h for the contract).
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "server/jobs/job_manager.h"
+#include "server/jobs/job_manager_helpers.h"
+#include "server/jobs/job_state_machine.h"
+
+namespace loom::jobs {
+namespace {
+
+using internal::DescribeExit;
+using internal::IsGangState;
+using internal::PlacedOn;
+using internal::PlacementNodes;
+using internal::RankPlacedOn;
+using internal::ToProto;
+
+std::string StaleKey(std::string_view node, std::string_view job, int64_t generation) {
+  return absl::StrCat(std::string(node), "|", std::string(job), "|", generation);
+}
+
+}  // namespace
+
+// ---- Nodes ------------------------------------------------------------------------------------
+
+absl::StatusOr<v1::RegisterNodeResponse> JobManager::RegisterNode(
+    const v1::RegisterNodeRequest& request) {
+  RETURN_IF_ERROR(nodes::ValidateRegistration(request));
+  absl::MutexLock lock(&mu_);
+  if (shut_down_) return absl::UnavailableError("loomd is shutting down; retry later");
+  const absl::Time now = clock_->Now();
+  const v1::Node node = nodes_.Registered(request, now);
+  RETURN_IF_ERROR(store_->PutNode(node));
+  const bool known = nodes_.Find(node.name()) != nullptr;
+  nodes_.Put(node, now);
+  LOOM_LOG(INFO) << (known ? "re-registered " : "registered ") << node.name() << " with "
+                 << node.devices_size() << " devices";
+  ScheduleLocked();
+  v1::RegisterNodeResponse response;
+  for (const v1::Node& listed : nodes_.List()) {
+    if (listed.name() == node.name()) *response.mutable_node() = listed;
+  }
+  response.set_heartbeat_interval_ms(
+      static_cast<int32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
+  return response;
+}
+
+v1::ListNodesResponse JobManager::ListNodes() {
+  absl::MutexLock lock(&mu_);
+  v1::ListNodesResponse response;
+  for (v1::Node& node : nodes_.List()) *response.add_nodes() = std::move(node);
+  return response;
+}
+
+absl::Status JobManager::PersistNodeLocked(nodes::NodeEntry& entry, v1::NodeState state) {
+  v1::Node node = entry.node;
+  node.set_state(state);
+  *node.mutable_last_heartbeat() = ToProto(entry.last_seen);
+  RETURN_IF_ERROR(store_->PutNode(node));
+  entry.node = std::move(node);
+  return absl::OkStatus();
+}
+
+// ---- Sessions ---------------------------------------------------------------------------------
+
+// Reconciliation on hello. For each (job, generation) the worker runs: keep it when the store
+// says that job is SCHEDULED/RUNNING at that generation with a placement on this node, else
+// tell the worker to cancel it (stale generation fencing). A gang loomd placed on this node that
+// the worker does not list may have finished while loomd was away (the worker re-sends its last
+// exit reports right after hello) or may be gone: it gets the reconcile grace to be accounted
+// for, then fails over (CheckMissingLocked). This is what makes a loomd restart safe: nothing is
+// launched again for a gang that still runs, and a gang that vanished with its worker restarts
+// under its restart policy.
+absl::StatusOr<uint64_t> JobManager::OpenSession(const v1::SessionHello& hello,
+                                                 std::shared_ptr<nodes::SessionSink> sink) {
+  v1::RegisterNodeRequest id_check;
+  id_check.set_node_id(hello.node_id());
+  id_check.add_devices()->set_kind(v1::DEVICE_KIND_CPU);
+  if (absl::Status status = nodes::ValidateRegistration(id_check); !status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("hello.", status.message()));
+  }
+  const std::string node_name = nodes::NodeName(hello.node_id());
+  absl::MutexLock lock(&mu_);
+  if (shut_down_) return absl::UnavailableError("loomd is shutting down; reconnect later");
+  nodes::NodeEntry* entry = nodes_.Find(node_name);
+  if (entry == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("hello.node_id \"", hello.node_id(),
+                     "\" is not registered; call RegisterNode before opening a session"));
+  }
+  entry->last_seen = clock_->Now();
+  if (entry->node.state() != v1::NODE_STATE_READY) {
+    RETURN_IF_ERROR(PersistNodeLocked(*entry, v1::NODE_STATE_READY));
+    LOOM_LOG(INFO) << node_name << " is READY again";
+  }
+  const uint64_t session_id = nodes_.OpenSession(node_name, std::move(sink));
+  std::erase_if(stale_cancelled_, [&](const std::string& key) {
+    return key.compare(0, node_name.size() + 1, node_name + "|") == 0;
+  });
+
+  std::set<std::pair<std::string, int64_t>> reported;
+  for (const v1::RunningJob& running : hello.running()) {
+    reported.insert({running.job(), running.generation()});
+    auto it = active_.find(running.job());
+    const bool keep = it != active_.end() && IsGangState(it->second->job.state()) &&
+                      it->second->job.generation() == running.generation() &&
+                      PlacedOn(it->second->job, node_name);
+    if (!keep) {
+      SendCancelLocked({node_name}, running.job(), running.generation(),
+                       "loomd does not run this job at this generation on this node");
+      stale_cancelled_.insert(StaleKey(node_name, running.job(), running.generation()));
+      continue;
+    }
+    ActiveJob& active = *it->second;
+    for (int rank : running.ranks()) {
+      if (RankPlacedOn(active.job, node_name, rank)) active.running_ranks.insert(rank);
+    }
+    MaybeMarkRunningLocked(active);
+  }
+  const absl::Time grace_end = clock_->Now() + options_.reconcile_grace;
+  for (const auto& [name, active] : active_) {
+    if (IsGangState(active->job.state()) && PlacedOn(active->job, node_name) &&
+        !reported.contains({name, active->job.generation()})) {
+      active->missing_on[node_name] = grace_end;
+    }
+  }
+  LOOM_LOG(INFO) << node_name << " session " << session_id << " open; " << hello.running_size()
+                 << " running jobs reported";
+  ScheduleLocked();
+  return session_id;
+}
+
+void JobManager::CloseSession(std::string_view node_id, uint64_t session_id) {
+  absl::MutexLock lock(&mu_);
+  nodes_.CloseSession(nodes::NodeName(node_id), session_id);
+}
+
+absl::Status JobManager::HandleWorkerMessage(std::string_view node_id, uint64_t session_id,
+                                             const v1::WorkerMessage& message) {
+  const std::string node_name = nodes::NodeName(node_id);
+  {
+    absl::MutexLock lock(&mu_);
+    if (!nodes_.IsCurrentSession(node_name, session_id)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "this session of ", node_name, " was replaced or closed; open a new one with hello"));
+    }
+    nodes::NodeEntry* entry = nodes_.Find(node_name);
+    entry->last_seen = clock_->Now();
+    *entry->node.mutable_last_heartbeat() = ToProto(entry->last_seen);
+    switch (message.msg_case()) {
+      case v1::WorkerMessage::kHeartbeat:
+      case v1::WorkerMessage::kLogs:
+        break;
+      case v1::WorkerMessage::kRankStatus:
+        HandleRankStatusLocked(node_name, message.rank_status());
+        ScheduleLocked();  // an ended gang frees devices
+        break;
+      case v1::WorkerMessage::kStep:
+        HandleStepLocked(node_name, message.step());
+        break;
+      case v1::WorkerMessage::kHello:
+        return absl::InvalidArgumentError(
+            "hello may only be the first message of a session; open a new session instead");
+      case v1::WorkerMessage::MSG_NOT_SET:
+        return absl::InvalidArgumentError(
+            "msg is empty; send one of heartbeat, rank_status, step or logs");
+    }
+  }
+  // Disk I/O for logs happens outside the lock.
+  if (message.has_logs()) AppendLogs(node_name, message.logs());
+  return absl::OkStatus();
+}
+
+JobManager::ActiveJob* JobManager::CurrentGangLocked(const std::string& node,
+                                                     const std::string& job, int64_t generation,
+                                                     bool quiet) {
+  auto it = active_.find(job);
+  if (it != active_.end() && IsGangState(it->second->job.state()) &&
+      it->second->job.generation() == generation && PlacedOn(it->second->job, node)) {
+    return it->second.get();
+  }
+  if (!quiet && ParseJobName(job).ok() &&
+      stale_cancelled_.insert(StaleKey(node, job, generation)).second) {
+    SendCancelLocked({node}, job, generation,
+                     "stale report: loomd does not run this job at this generation here");
+  }
+  return nullptr;
+}
+
+void JobManager::MaybeMarkRunningLocked(ActiveJob& active) {
+  if (active.job.state() != v1::SCHEDULED) return;
+  std::set<int> started = active.running_ranks;
+  started.insert(active.succeeded_ranks.begin(), active.succeeded_ranks.end());
+  if (static_cast<int>(started.size()) < active.world_size) return;
+  absl::Status status = TransitionLocked(active, active.job, v1::RUNNING,
+                                         absl::StrCat("all ", active.world_size, " ranks started"));
+  if (!status.ok())
+    LOOM_LOG(ERROR) << "cannot mark " << active.job.name() << " RUNNING: " << status;
+}
+
+void JobManager::HandleRankStatusLocked(const std::string& node, const v1::RankStatus& status) {
+  const bool exited = status.phase() == v1::RANK_PHASE_EXITED;
+  ActiveJob* active = CurrentGangLocked(node, status.job(), status.generation(), exited);
+  if (active == nullptr) return;
+  if (!RankPlacedOn(active->job, node, status.rank())) {
+    LOOM_LOG(WARNING) << node << " reported rank " << status.rank() << " of " << status.job()
+                      << ", which is not placed there; ignored";
+    return;
+  }
+  switch (status.phase()) {
+    case v1::RANK_PHASE_RUNNING:
+      active->missing_on.erase(node);
+      active->running_ranks.insert(status.rank());
+      MaybeMarkRunningLocked(*active);
+      return;
+    case v1::RANK_PHASE_EXITED:
+      break;
+    default:
+      return;
+  }
+  switch (status.exit_class()) {
+    case v1::EXIT_CLASS_SUCCESS: {
+      active->succeeded_ranks.insert(status.rank());
+      if (static_cast<int>(active->succeeded_ranks.size()) < active->world_size) {
+        MaybeMarkRunningLocked(*active);
+        return;
+      }
+      MaybeMarkRunningLocked(*active);  // SUCCEEDED is entered from RUNNING only
+      auto it = active_.find(status.job());
+      if (it == active_.end() || it->second->job.state() != v1::RUNNING) return;
+      v1::Job updated = it->second->job;
+      updated.clear_placements();
+      absl::Status s = TransitionLocked(
+          *it->second, std::move(updated), v1::SUCCEEDED,
+          absl::StrCat("all ", it->second->world_size, " ranks exited successfully"));
+      if (!s.ok()) LOOM_LOG(ERROR) << "cannot mark " << status.job() << " SUCCEEDED: " << s;
+      return;
+    }
+    case v1::EXIT_CLASS_STOPPED:
+      // Stopped on loomd's order or because a peer failed; the peer's own report (or the node
+      // timeout) decides what happens to the gang.
+      return;
+    case v1::EXIT_CLASS_PERMANENT:
+      FailGangLocked(*active, /*retryable=*/false, DescribeExit(status));
+      return;
+    default:  // RETRYABLE, or a worker that did not classify: a crash is worth a restart
+      FailGangLocked(*active, /*retryable=*/true, DescribeExit(status));
+      return;
+  }
+}
+
+void JobManager::HandleStepLocked(const std::string& node, const v1::StepReport& report) {
+  ActiveJob* active = CurrentGangLocked(node, report.job(), report.generation(), false);
+  if (active == nullptr || !RankPlacedOn(active->job, node, report.rank())) return;
+  active->latest_steps[report.rank()] = report;
+  active->missing_on.erase(node);
+  if (active->job.state() == v1::SCHEDULED) {
+    // A rank that reports steps has started, even if its RUNNING report was lost.
+    active->running_ranks.insert(report.rank());
+    MaybeMarkRunningLocked(*active);
+  }
+  if (report.rank() != 0) return;
+  const absl::Time now = clock_->Now();
+  v1::JobProgress* progress = active->job.mutable_progress();
+  if (report.has_val_loss()) {
+    progress->set_val_loss(report.val_loss());
+  } else {
+    progress->set_step(report.step());
+    progress->set_total_steps(report.total_steps());
+    progress->set_loss(report.loss());
+    progress->set_tokens_per_second(report.tokens_per_second());
+    progress->set_lr(report.lr());
+    // ETA from the observed rate since the generation's first report (restarts resume from a
+    // checkpoint, so the rate is measured afresh), or from the step time before that.
+    if (active->rate_start_step < 0 || report.step() < active->rate_start_step) {
+      active->rate_start_step = report.step();
+      active->rate_start_time = now;
+    }
+    const int64_t remaining = std::max<int64_t>(0, report.total_steps() - report.step());
+    const double elapsed = absl::ToDoubleSeconds(now - active->rate_start_time);
+    const int64_t done = report.step() - active->rate_start_step;
+    if (done > 0 && elapsed > 0) {
+      progress->set_eta_seconds(static_cast<double>(remaining) * elapsed / done);
+    } else if (report.step_seconds() > 0) {
+      progress->set_eta_seconds(static_cast<double>(remaining) * report.step_seconds());
+    }
+  }
+  *progress->mutable_update_time() = ToProto(now);
+  active->progress_dirty = true;
+  if (now - active->last_progress_write >= options_.progress_persist_interval) {
+    absl::Status s = CommitLocked(*active, active->job, std::nullopt);
+    if (!s.ok()) LOOM_LOG(WARNING) << "cannot persist progress of " << report.job() << ": " << s;
+  } else {
+    watchers_.Publish(active->job, /*state_change=*/false);
+  }
+}
+
+void JobManager::AppendLogs(const std::string& node, const v1::LogChunk& chunk) {
+  absl::StatusOr<std::string> id = ParseJobName(chunk.job(), "logs.job");
+  if (!id.ok() || logs_ == nullptr) return;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!active_.contains(chunk.job()) && !store_->GetJob(chunk.job()).ok()) return;
+  }
+  absl::Status status = logs_->Append(*id, chunk, node, clock_->Now());
+  if (!status.ok()) LOOM_LOG(WARNING) << "cannot store logs of " << chunk.job() << ": " << status;
+}
+
+// ---- Rendezvous -------------------------------------------------------------------------------
+
+absl::Status JobManager::CheckRendezvousScope(std::string_view job, int64_t generation) {
+  RETURN_IF_ERROR(ParseJobName(job, "scope.job").status());
+  absl::MutexLock lock(&mu_);
+  auto it = active_.find(job);
+  if (it == active_.end()) {
+    absl::StatusOr<store::StoredJob> stored = store_->GetJob(job);
+    if (absl::IsNotFound(stored.status())) {
+      return absl::NotFoundError(
+          absl::StrCat("scope.job: job ", std::string(job), " does not exist"));
+    }
+    if (!stored.ok()) return stored.status();
+    return absl::FailedPreconditionError(absl::StrCat("scope.job: job ", std::string(job),
+                                                      " has ended (",
+                                                      v1::JobState_Name(stored->job.state()), ")"));
+  }
+  const v1::Job& current = it->second->job;
+  if (current.generation() != generation) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("scope.generation ", generation, " is not the current generation of ",
+                     std::string(job), " (", current.generation(), "); a stale rank must exit"));
+  }
+  if (!IsGangState(current.state())) {
+    return absl::FailedPreconditionError(absl::StrCat("scope.job: the gang of ", std::string(job),
+                                                      " is stopped (",
+                                                      v1::JobState_Name(current.state()), ")"));
+  }
+  return absl::OkStatus();
+}
+
+// ---- Time -------------------------------------------------------------------------------------
+
+void JobManager::CheckNodesLocked(absl::Time now) {
+  for (nodes::NodeEntry* entry : nodes_.All()) {
+    if (entry->node.state() != v1::NODE_STATE_READY) continue;
+    if (now - entry->last_seen <= options_.node_timeout) continue;
+    absl::Status status = PersistNodeLocked(*entry, v1::NODE_STATE_LOST);
+    if (!status.ok()) {
+      LOOM_LOG(ERROR) << "cannot mark " << entry->node.name() << " LOST: " << status;
+      continue;
+    }
+    LOOM_LOG(WARNING) << entry->node.name() << " is LOST: no message for "
+                      << absl::FormatDuration(now - entry->last_seen);
+    nodes_.CloseSession(entry->node.name(), entry->session_id);
+  }
+  // Every gang with a rank on a node that is not READY (or not known at all) fails over.
+  std::vector<std::pair<std::string, std::string>> failed;  // (job, node)
+  for (const auto& [name, active] : active_) {
+    if (!IsGangState(active->job.state())) continue;
+    for (const v1::Placement& p : active->job.placements()) {
+      const nodes::NodeEntry* entry = nodes_.Find(p.node());
+      if (entry == nullptr || entry->node.state() != v1::NODE_STATE_READY) {
+        failed.push_back({name, p.node()});
+        break;
+      }
+    }
+  }
+  for (const auto& [job, node] : failed) {
+    auto it = active_.find(job);
+    if (it == active_.end()) continue;
+    FailGangLocked(*it->second, /*retryable=*/true,
+                   absl::StrCat("node ", node, " was lost (no heartbeat for ",
+                                absl::FormatDuration(options_.node_timeout), ")"));
+  }
+}
+
+void JobManager::CheckMissingLocked(absl::Time now) {
+  std::vector<std::pair<std::string, std::string>> failed;  // (job, node)
+  for (const auto& [name, active] : active_) {
+    for (const auto& [node, deadline] : active->missing_on) {
+      if (deadline > now || !IsGangState(active->job.state())) continue;
+      // Ranks on that node that finished successfully account for themselves.
+      bool all_done = true;
+      for (const v1::Placement& p : active->job.placements()) {
+        if (p.node() != node) continue;
+        for (int rank : p.ranks()) all_done = all_done && active->succeeded_ranks.contains(rank);
+      }
+      if (!all_done) {
+        failed.push_back({name, node});
+        break;
+      }
+    }
+    std::erase_if(active->missing_on, [&](const auto& kv) { return kv.second <= now; });
+  }
+  for (const auto& [job, node] : failed) {
+    auto it = active_.find(job);
+    if (it == active_.end()) continue;
+    FailGangLocked(*it->second, /*retryable=*/true,
+                   absl::StrCat(node, " reconnected without the ranks of generation ",
+                                it->second->job.generation()));
+  }
+}
+
+void JobManager::Tick() {
+  absl::MutexLock lock(&mu_);
+  if (shut_down_) return;
+  const absl::Time now = clock_->Now();
+  CheckNodesLocked(now);
+  CheckMissingLocked(now);
+  std::vector<std::string> dirty;
+  for (const auto& [name, active] : active_) {
+    if (active->progress_dirty &&
+        now - active->last_progress_write >= options_.progress_persist_interval) {
+      dirty.push_back(name);
+    }
+  }
+  for (const std::string& name : dirty) {
+    ActiveJob& active = *active_.find(name)->second;
+    absl::Status s = CommitLocked(active, active.job, std::nullopt);
+    if (!s.ok()) LOOM_LOG(WARNING) << "cannot persist progress of " << name << ": " << s;
+  }
+  ScheduleLocked();  // picks up RESTARTING jobs whose backoff has expired
+}
+
+void JobManager::StartTicker(absl::Duration interval) {
+  ticker_ = std::thread([this, interval] {
+    while (!stop_ticker_.WaitForNotificationWithTimeout(interval)) Tick();
+  });
+}
+
+void JobManager::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+    for (nodes::NodeEntry* entry : nodes_.All()) {
+      nodes_.CloseSession(entry->node.name(), entry->session_id);
+    }
+  }
+  watchers_.CloseAll();
+  stop_ticker_.Notify();
+  if (ticker_.joinable()) ticker_.join();
+}
+
+// ---- Telemetry --------------------------------------------------------------------------------
+
+server_metrics::Snapshot JobManager::MetricsSnapshot() {
+  absl::MutexLock lock(&mu_);
+  server_metrics::Snapshot snapshot;
+  snapshot.jobs = state_counts_;
+  const absl::Time now = clock_->Now();
+  for (const auto& [name, active] : active_) {
+    const v1::JobState state = active->job.state();
+    if (state == v1::QUEUED || (state == v1::RESTARTING && active->restart_at <= now)) {
+      ++snapshot.queue_depth;
+    }
+  }
+  for (const v1::Node& node : nodes_.List()) {
+    ++snapshot.nodes[node.state()];
+    if (node.state() != v1::NODE_STATE_READY) continue;
+    std::set<int> allocated(node.allocated_devices().begin(), node.allocated_devices().end());
+    for (const v1::Device& device : node.devices()) {
+      auto& [total, used] = snapshot.devices[device.kind() == v1::DEVICE_KIND_GPU ? "gpu" : "cpu"];
+      ++total;
+      if (allocated.contains(device.index())) ++used;
+    }
+  }
+  return snapshot;
+}
+
+std::map<int, v1::StepReport> JobManager::LatestSteps(std::string_view name) {
+  absl::MutexLock lock(&mu_);
+  auto it = active_.find(name);
+  if (it == active_.end()) return {};
+  return it->second->latest_steps;
+}
+
+}  // namespace loom::jobs

@@ -1,0 +1,93 @@
+// loomd: the Loom coordinator. Flags, signals and the ready file; everything else is
+// LoomdServer (server/rpc/loomd_server.h).
+//
+//   loomd --state-dir=DIR [--listen=HOST:PORT] [--metrics-listen=HOST:PORT]
+//         [--ready-file=PATH] [--advertise=HOST:PORT]
+//         [--heartbeat-interval-ms=1000] [--node-timeout-ms=10000]
+//
+// Exit status: 0 after a graceful stop (SIGTERM/SIGINT), 2 for bad flags, 1 when it cannot
+// start (state dir unusable, port taken).
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <iostream>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/logging.h"
+#include "common/ready_file.h"
+#include "server/jobs/default_spec_validator.h"
+#include "server/rpc/loomd_server.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"loomd: the Loom coordinator (jobs, nodes, rendezvous, /metrics)"};
+  loom::rpc::LoomdConfig config;
+  std::string ready_file;
+  int64_t heartbeat_ms = 1000;
+  int64_t node_timeout_ms = 10000;
+  app.add_option("--listen", config.listen, "gRPC address HOST:PORT (port 0: any free port)")
+      ->capture_default_str();
+  app.add_option("--metrics-listen", config.metrics_listen,
+                 "Prometheus /metrics address HOST:PORT (port 0: any free port)")
+      ->capture_default_str();
+  app.add_option("--state-dir", config.state_dir,
+                 "Directory for the SQLite database (loomd.db, WAL) and job logs")
+      ->required();
+  app.add_option("--ready-file", ready_file,
+                 "Write {\"grpc\",\"metrics\",\"pid\"} here once both servers are bound");
+  app.add_option("--advertise", config.advertise,
+                 "HOST:PORT that ranks use to reach the rendezvous service "
+                 "(default: the bound --listen address)");
+  app.add_option("--heartbeat-interval-ms", heartbeat_ms,
+                 "How often workers must heartbeat (sent to them at registration)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{3'600'000}));
+  app.add_option("--node-timeout-ms", node_timeout_ms,
+                 "A node silent this long is LOST and its jobs fail over")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{86'400'000}));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // CLI11 reports through exceptions; they never leave main.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  config.heartbeat_interval = absl::Milliseconds(heartbeat_ms);
+  config.node_timeout = absl::Milliseconds(node_timeout_ms);
+
+  // Block the stop signals in every thread (threads inherit the mask), so that only
+  // sigwait() below sees them and shutdown runs on the main thread, not in a handler.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  loom::SystemClock clock;
+  absl::StatusOr<std::unique_ptr<loom::rpc::LoomdServer>> server =
+      loom::rpc::LoomdServer::Start(config, &clock, loom::jobs::MakeSpecValidator());
+  if (!server.ok()) {
+    LOOM_LOG(ERROR) << "loomd cannot start: " << server.status();
+    return absl::IsInvalidArgument(server.status()) ? 2 : 1;
+  }
+  if (!ready_file.empty()) {
+    absl::Status status =
+        loom::WriteReadyFile(ready_file, {{"grpc", (*server)->grpc_address()},
+                                          {"metrics", (*server)->metrics_address()},
+                                          {"pid", absl::StrCat(getpid())}});
+    if (!status.ok()) {
+      LOOM_LOG(ERROR) << "--ready-file: " << status;
+      (*server)->Shutdown();
+      return 1;
+    }
+  }
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  LOOM_LOG(INFO) << "signal " << signal_number << " received; shutting down";
+  (*server)->Shutdown();
+  return 0;
+}

@@ -1,0 +1,71 @@
+// ServerMetrics: loomd's Prometheus series, in one place so their names, labels and buckets are
+// fixed by the program (never by input) and documented together:
+//   loom_jobs{state}                          gauge, jobs per state (every job in the store)
+//   loom_scheduler_queue_depth                gauge, jobs waiting for devices (QUEUED, and
+//                                             RESTARTING whose backoff has expired)
+//   loom_nodes{state}                         gauge, nodes per state (READY, LOST)
+//   loom_devices{kind, state}                 gauge, kind gpu|cpu, state total|allocated
+//   loom_scheduling_latency_seconds           histogram, from ready-to-schedule to SCHEDULED
+//   loom_rpc_requests_total{method, code}     counter, by full gRPC method and status code name
+//   loom_job_restarts_total                   counter, gang restarts (entries into RESTARTING)
+//
+// The gauges are refreshed from live state by a collect hook just before each scrape, so the
+// managers never have to keep them in step by hand.
+//
+// Threading: thread-safe (metrics are atomics; the rpc counter cache has its own lock).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/metrics.h"
+#include "loom/v1/job.pb.h"
+#include "loom/v1/node.pb.h"
+
+namespace loom::server_metrics {
+
+// What the gauges show, taken from the job manager at scrape time.
+struct Snapshot {
+  std::map<v1::JobState, int> jobs;  // every state, including terminal ones
+  int queue_depth = 0;
+  std::map<v1::NodeState, int> nodes;
+  // kind ("gpu" | "cpu") -> (total, allocated) over READY nodes
+  std::map<std::string, std::pair<int, int>> devices;
+};
+
+class ServerMetrics {
+ public:
+  // `registry` must outlive this object.
+  explicit ServerMetrics(metrics::Registry* registry);
+  ServerMetrics(const ServerMetrics&) = delete;
+  ServerMetrics& operator=(const ServerMetrics&) = delete;
+
+  // Installs the function that the scrape hook calls; set once, before serving.
+  void SetSnapshotSource(std::function<Snapshot()> source);
+
+  void RecordRpc(std::string_view method, std::string_view code);
+  void ObserveSchedulingLatency(absl::Duration latency);
+  void IncrementRestarts();
+
+  metrics::Registry* registry() { return registry_; }
+
+  // "OK", "INVALID_ARGUMENT", ... for a gRPC status code number (0..16), "UNKNOWN" otherwise.
+  static std::string_view CodeName(int code);
+
+ private:
+  void Collect();
+
+  metrics::Registry* const registry_;
+  metrics::Histogram& scheduling_latency_;
+  metrics::Counter& restarts_;
+  absl::Mutex mu_;
+  std::function<Snapshot()> source_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace loom::server_metrics

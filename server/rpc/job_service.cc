@@ -1,0 +1,103 @@
+#include "server/rpc/job_service.h"
+
+#include <optional>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "server/jobs/job_state_machine.h"
+
+namespace loom::rpc {
+
+grpc::Status JobServiceImpl::CreateJob(grpc::ServerContext*, const v1::CreateJobRequest* request,
+                                       v1::Job* response) {
+  absl::StatusOr<v1::Job> job = manager_->CreateJob(*request);
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  *response = std::move(*job);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::GetJob(grpc::ServerContext*, const v1::GetJobRequest* request,
+                                    v1::Job* response) {
+  absl::StatusOr<v1::Job> job = manager_->GetJob(request->name());
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  *response = std::move(*job);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* request,
+                                      v1::ListJobsResponse* response) {
+  absl::StatusOr<v1::ListJobsResponse> page = manager_->ListJobs(*request);
+  if (!page.ok()) return ToGrpcStatus(page.status());
+  *response = std::move(*page);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* request,
+                                       v1::Job* response) {
+  absl::StatusOr<v1::Job> job = manager_->CancelJob(request->name());
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  *response = std::move(*job);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* context,
+                                      const v1::WatchJobRequest* request,
+                                      grpc::ServerWriter<v1::JobUpdate>* writer) {
+  absl::StatusOr<std::shared_ptr<jobs::JobSubscription>> subscription =
+      manager_->WatchJob(request->name());
+  if (!subscription.ok()) return ToGrpcStatus(subscription.status());
+  while (!context->IsCancelled()) {
+    std::optional<v1::Job> job = (*subscription)->Next(kStreamPoll);
+    if (!job.has_value()) {
+      if ((*subscription)->closed()) break;
+      continue;
+    }
+    const bool terminal = jobs::IsTerminal(job->state());
+    v1::JobUpdate update;
+    *update.mutable_job() = std::move(*job);
+    if (!writer->Write(update) || terminal) break;
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::StreamJobLogs(grpc::ServerContext* context,
+                                           const v1::StreamJobLogsRequest* request,
+                                           grpc::ServerWriter<v1::LogLine>* writer) {
+  absl::StatusOr<std::string> id = jobs::ParseJobName(request->name());
+  if (!id.ok()) return ToGrpcStatus(id.status());
+  std::optional<int> rank;
+  if (request->has_rank() && request->rank() != -1) {
+    if (request->rank() < 0) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("rank must be >= 0 (got ", request->rank(),
+                                       "); omit it (or give -1) for every rank"));
+    }
+    rank = request->rank();
+  }
+  absl::StatusOr<bool> finished = manager_->IsJobFinished(request->name());
+  if (!finished.ok()) return ToGrpcStatus(finished.status());
+
+  int64_t offset = 0;
+  bool final_pass = !request->follow() || *finished;
+  while (!context->IsCancelled()) {
+    absl::StatusOr<jobs::LogBatch> batch = logs_->Read(*id, offset, rank);
+    if (!batch.ok()) return ToGrpcStatus(batch.status());
+    for (const v1::LogLine& line : batch->lines) {
+      if (!writer->Write(line)) return grpc::Status::OK;  // the client went away
+    }
+    const bool advanced = batch->next_offset > offset;
+    offset = batch->next_offset;
+    if (advanced) continue;  // read until caught up
+    if (final_pass) break;
+    // Caught up: wait for more, and decide on the job's end only after reading to the end
+    // once more (lines written just before the terminal state are still sent).
+    logs_->WaitForMore(*id, offset, kStreamPoll);
+    absl::StatusOr<bool> done = manager_->IsJobFinished(request->name());
+    if (!done.ok()) return ToGrpcStatus(done.status());
+    final_pass = *done;
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace loom::rpc

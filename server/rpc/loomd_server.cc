@@ -1,0 +1,158 @@
+#include "server/rpc/loomd_server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <chrono>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/net.h"
+#include "common/status_macros.h"
+#include "server/rpc/rpc_metrics_interceptor.h"
+
+namespace loom::rpc {
+namespace {
+
+absl::Status CheckConfig(const LoomdConfig& config) {
+  if (config.state_dir.empty()) {
+    return absl::InvalidArgumentError(
+        "--state-dir is required: the directory for loomd.db and job logs");
+  }
+  if (absl::StatusOr<HostPort> hp = ParseHostPort(config.listen); !hp.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--listen: ", hp.status().message()));
+  }
+  if (!config.metrics_listen.empty()) {
+    if (absl::StatusOr<HostPort> hp = ParseHostPort(config.metrics_listen); !hp.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--metrics-listen: ", hp.status().message()));
+    }
+  }
+  if (!config.advertise.empty()) {
+    absl::StatusOr<HostPort> hp = ParseHostPort(config.advertise);
+    if (!hp.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--advertise: ", hp.status().message()));
+    }
+    if (hp->port == 0) {
+      return absl::InvalidArgumentError(
+          "--advertise needs a real port (ranks connect to it), e.g. 10.0.0.5:7070");
+    }
+  }
+  if (config.heartbeat_interval <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--heartbeat-interval-ms must be > 0");
+  }
+  if (config.node_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--node-timeout-ms must be > 0");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<LoomdServer>> LoomdServer::Start(const LoomdConfig& config,
+                                                                const Clock* clock,
+                                                                jobs::SpecValidator validator) {
+  RETURN_IF_ERROR(CheckConfig(config));
+  std::error_code ec;
+  std::filesystem::create_directories(config.state_dir, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--state-dir: cannot create \"", config.state_dir, "\": ", ec.message()));
+  }
+  std::unique_ptr<LoomdServer> s(new LoomdServer());
+  s->registry_ = std::make_unique<metrics::Registry>();
+  s->server_metrics_ = std::make_unique<server_metrics::ServerMetrics>(s->registry_.get());
+  ASSIGN_OR_RETURN(s->store_,
+                   store::OpenSqliteJobStore(absl::StrCat(config.state_dir, "/loomd.db")));
+  ASSIGN_OR_RETURN(s->logs_, jobs::LogStore::Open(absl::StrCat(config.state_dir, "/logs")));
+  LoomdServer* self = s.get();
+  // The checker runs only for RPCs, which start after manager_ is set below.
+  s->rendezvous_ = std::make_unique<rendezvous::RendezvousStore>(
+      [self](std::string_view job, int64_t generation) {
+        return self->manager_->CheckRendezvousScope(job, generation);
+      });
+
+  jobs::JobManagerOptions options;
+  options.heartbeat_interval = config.heartbeat_interval;
+  options.node_timeout = config.node_timeout;
+  // Empty until the port is bound (when --advertise is not given); nothing is scheduled
+  // before SetRendezvousAddress below.
+  options.rendezvous_address = config.advertise;
+  ASSIGN_OR_RETURN(s->manager_, jobs::JobManager::Create(
+                                    s->store_.get(), clock, std::move(validator), s->logs_.get(),
+                                    s->rendezvous_.get(), s->server_metrics_.get(), options));
+  jobs::JobManager* manager = s->manager_.get();
+  s->server_metrics_->SetSnapshotSource([manager] { return manager->MetricsSnapshot(); });
+  s->job_service_ = std::make_unique<JobServiceImpl>(manager, s->logs_.get());
+  s->node_service_ = std::make_unique<NodeServiceImpl>(manager);
+  s->rendezvous_service_ = std::make_unique<RendezvousServiceImpl>(s->rendezvous_.get());
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &port);
+  builder.SetMaxReceiveMessageSize(config.max_receive_message_bytes);
+  builder.RegisterService(s->job_service_.get());
+  builder.RegisterService(s->node_service_.get());
+  builder.RegisterService(s->rendezvous_service_.get());
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
+  creators.push_back(NewRpcMetricsInterceptorFactory(s->server_metrics_.get()));
+  builder.experimental().SetInterceptorCreators(std::move(creators));
+  s->grpc_server_ = builder.BuildAndStart();
+  if (s->grpc_server_ == nullptr || port == 0) {
+    s->manager_->Shutdown();
+    return absl::UnavailableError(
+        absl::StrCat("--listen: cannot listen on ", config.listen,
+                     " (address in use or not local?); pick another address or port 0"));
+  }
+  const HostPort listen = *ParseHostPort(config.listen);
+  s->grpc_address_ = FormatHostPort(listen.host, port);
+  s->advertise_ = config.advertise.empty() ? s->grpc_address_ : config.advertise;
+  if (config.advertise.empty() && (listen.host == "0.0.0.0" || listen.host == "::")) {
+    LOOM_LOG(WARNING) << "ranks on other nodes cannot reach the wildcard address " << s->advertise_
+                      << "; set --advertise=HOST:PORT";
+  }
+  manager->SetRendezvousAddress(s->advertise_);
+
+  if (!config.metrics_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<metrics::MetricsHttpServer>> http =
+        metrics::MetricsHttpServer::Start(config.metrics_listen, s->registry_.get());
+    if (!http.ok()) {
+      s->Shutdown();
+      return absl::Status(http.status().code(),
+                          absl::StrCat("--metrics-listen: ", http.status().message()));
+    }
+    s->http_server_ = std::move(*http);
+    s->metrics_address_ = s->http_server_->address();
+  }
+  manager->StartTicker(config.tick_interval);
+  LOOM_LOG(INFO) << "loomd serving gRPC on " << s->grpc_address_ << ", metrics on "
+                 << (s->metrics_address_.empty() ? "(none)" : s->metrics_address_)
+                 << ", rendezvous address " << s->advertise_ << ", state in " << config.state_dir;
+  return s;
+}
+
+LoomdServer::~LoomdServer() { Shutdown(); }
+
+void LoomdServer::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  // Wake every long-lived call first so that the gRPC shutdown does not wait for them.
+  if (manager_) manager_->Shutdown();
+  if (rendezvous_) rendezvous_->Shutdown();
+  if (logs_) logs_->Shutdown();
+  if (grpc_server_) {
+    // Unary calls take milliseconds and every stream was just ended, so a short grace is
+    // enough; what is left after it (e.g. a peer that never acknowledges GOAWAY) is cancelled.
+    grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    grpc_server_->Wait();
+  }
+  http_server_.reset();
+  LOOM_LOG(INFO) << "loomd stopped";
+}
+
+}  // namespace loom::rpc

@@ -1,0 +1,78 @@
+#include "server/rpc/node_service.h"
+
+#include <memory>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "common/grpc_status.h"
+#include "common/logging.h"
+#include "server/rpc/stream_sink.h"
+
+namespace loom::rpc {
+
+grpc::Status NodeServiceImpl::RegisterNode(grpc::ServerContext*,
+                                           const v1::RegisterNodeRequest* request,
+                                           v1::RegisterNodeResponse* response) {
+  absl::StatusOr<v1::RegisterNodeResponse> result = manager_->RegisterNode(*request);
+  if (!result.ok()) return ToGrpcStatus(result.status());
+  *response = std::move(*result);
+  return grpc::Status::OK;
+}
+
+grpc::Status NodeServiceImpl::ListNodes(grpc::ServerContext*, const v1::ListNodesRequest*,
+                                        v1::ListNodesResponse* response) {
+  *response = manager_->ListNodes();
+  return grpc::Status::OK;
+}
+
+grpc::Status NodeServiceImpl::Session(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream) {
+  v1::WorkerMessage first;
+  if (!stream->Read(&first)) {
+    return grpc::Status(grpc::StatusCode::CANCELLED, "the session ended before hello");
+  }
+  if (!first.has_hello()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "the first message of a session must be hello (after RegisterNode)");
+  }
+  const std::string node_id = first.hello().node_id();
+  auto sink = std::make_shared<StreamSink>(context);
+  absl::StatusOr<uint64_t> session_id = manager_->OpenSession(first.hello(), sink);
+  if (!session_id.ok()) return ToGrpcStatus(session_id.status());
+
+  absl::Notification writer_done;
+  std::thread writer([&sink, &writer_done, stream] {
+    sink->Run(stream);
+    writer_done.Notify();
+  });
+  grpc::Status result = grpc::Status::OK;
+  v1::WorkerMessage message;
+  while (stream->Read(&message)) {
+    absl::Status status = manager_->HandleWorkerMessage(node_id, *session_id, message);
+    if (absl::IsFailedPrecondition(status)) {
+      result = ToGrpcStatus(status);
+      break;
+    }
+    if (!status.ok()) {
+      LOOM_LOG(WARNING) << "nodes/" << node_id << ": bad session message ignored: " << status;
+    }
+  }
+  // Read the reason before finishing: Finish() makes the manager's own Close() a no-op, so
+  // closing our session below does not cancel the call we are about to end normally.
+  const bool by_loomd = sink->closed_by_loomd();
+  sink->Finish();
+  manager_->CloseSession(node_id, *session_id);
+  // A writer stuck in Write() (a worker that stopped reading) is freed by cancelling the call.
+  if (!writer_done.WaitForNotificationWithTimeout(absl::Seconds(1))) context->TryCancel();
+  writer.join();
+  if (by_loomd && result.ok()) {
+    result = grpc::Status(grpc::StatusCode::ABORTED,
+                          "loomd ended this session (replaced by a newer session of the node, "
+                          "node declared LOST, or shutdown); reconnect with hello");
+  }
+  return result;
+}
+
+}  // namespace loom::rpc

@@ -1,0 +1,592 @@
+// JobManager without a network: MemoryJobStore, FakeClock, and FakeSinks in place of the
+// workers' session streams.
+#include "server/jobs/job_manager.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "common/clock.h"
+#include "common/metrics.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/jobs/default_spec_validator.h"
+#include "server/metrics/server_metrics.h"
+#include "server/store/job_store.h"
+#include "tests/server/loomd_test_util.h"
+#include "tests/server/store_test_util.h"
+
+namespace loom::jobs {
+namespace {
+
+using ::loom::testing::CpuNode;
+using ::loom::testing::CpuSpec;
+using ::loom::testing::CreateRequest;
+using ::loom::testing::FakeSink;
+using ::loom::testing::RankExit;
+using ::loom::testing::RankPhase;
+using ::loom::testing::Step;
+using ::testing::HasSubstr;
+
+constexpr char kRendezvous[] = "loomd.test:7070";
+
+class JobManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = store::NewMemoryJobStore();
+    auto logs = LogStore::Open(dir_.File("logs"));
+    ASSERT_TRUE(logs.ok()) << logs.status();
+    logs_ = std::move(*logs);
+    NewManager();
+  }
+
+  // (Re)creates the manager on the same store, as a loomd restart would.
+  void NewManager() {
+    manager_.reset();
+    JobManagerOptions options;
+    options.rendezvous_address = kRendezvous;
+    options.node_timeout = absl::Seconds(10);
+    auto manager = JobManager::Create(store_.get(), &clock_, MakeSpecValidator(), logs_.get(),
+                                      nullptr, nullptr, options);
+    ASSERT_TRUE(manager.ok()) << manager.status();
+    manager_ = std::move(*manager);
+  }
+
+  // Registers a node with `devices` CPU devices and opens its session.
+  std::shared_ptr<FakeSink> Connect(const std::string& id, int devices,
+                                    const v1::SessionHello& hello_extra = {}) {
+    EXPECT_TRUE(manager_->RegisterNode(CpuNode(id, devices)).ok());
+    return Reconnect(id, hello_extra);
+  }
+  std::shared_ptr<FakeSink> Reconnect(const std::string& id, v1::SessionHello hello = {}) {
+    auto sink = std::make_shared<FakeSink>();
+    hello.set_node_id(id);
+    absl::StatusOr<uint64_t> session = manager_->OpenSession(hello, sink);
+    EXPECT_TRUE(session.ok()) << session.status();
+    sessions_[id] = session.value_or(0);
+    return sink;
+  }
+  void Send(const std::string& node, const v1::WorkerMessage& message) {
+    absl::Status status = manager_->HandleWorkerMessage(node, sessions_[node], message);
+    ASSERT_TRUE(status.ok()) << status;
+  }
+  v1::Job Get(const std::string& name) {
+    absl::StatusOr<v1::Job> job = manager_->GetJob(name);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.value_or(v1::Job());
+  }
+  // Creates a job, which must be placed on a single node at once; returns its name.
+  std::string CreateScheduled(const v1::JobSpec& spec, FakeSink& sink) {
+    absl::StatusOr<v1::Job> job = manager_->CreateJob(CreateRequest(spec));
+    EXPECT_TRUE(job.ok()) << job.status();
+    if (!job.ok()) return "";
+    EXPECT_EQ(job->state(), v1::SCHEDULED);
+    EXPECT_EQ(sink.TakeAssignments().size(), 1u);
+    return job->name();
+  }
+  void StartAll(const std::string& node, const std::string& job, int64_t generation, int ranks) {
+    for (int r = 0; r < ranks; ++r)
+      Send(node, RankPhase(job, generation, r, v1::RANK_PHASE_RUNNING));
+  }
+  std::vector<std::string> Reasons(const std::string& name) {
+    std::vector<std::string> out;
+    const v1::Job job = Get(name);
+    for (const v1::JobEvent& e : job.events()) out.push_back(e.reason());
+    return out;
+  }
+
+  store::testing::TempDir dir_;
+  FakeClock clock_;
+  std::unique_ptr<store::JobStore> store_;
+  std::unique_ptr<LogStore> logs_;
+  std::unique_ptr<JobManager> manager_;
+  std::map<std::string, uint64_t> sessions_;
+};
+
+TEST_F(JobManagerTest, CreateScheduleRunSucceed) {
+  auto sink = Connect("n1", 4);
+  absl::StatusOr<v1::Job> created = manager_->CreateJob(CreateRequest(CpuSpec(2)));
+  ASSERT_TRUE(created.ok()) << created.status();
+  const std::string name = created->name();
+  EXPECT_TRUE(absl::StartsWith(name, "jobs/"));
+  EXPECT_EQ(created->state(), v1::SCHEDULED);
+  EXPECT_EQ(created->generation(), 1);
+  ASSERT_EQ(created->placements_size(), 1);
+  EXPECT_EQ(created->placements(0).node(), "nodes/n1");
+
+  std::vector<v1::Assignment> assigned = sink->TakeAssignments();
+  ASSERT_EQ(assigned.size(), 1u);
+  const v1::Assignment& a = assigned[0];
+  EXPECT_EQ(a.job(), name);
+  EXPECT_EQ(a.generation(), 1);
+  EXPECT_EQ(a.world_size(), 2);
+  EXPECT_EQ(a.num_nodes(), 1);
+  EXPECT_EQ(a.node_rank(), 0);
+  EXPECT_EQ(a.rendezvous_address(), kRendezvous);
+  ASSERT_EQ(a.ranks_size(), 2);
+  EXPECT_EQ(a.ranks(1).rank(), 1);
+  EXPECT_EQ(a.ranks(1).local_rank(), 1);
+  EXPECT_EQ(a.ranks(1).device_kind(), v1::DEVICE_KIND_CPU);
+  EXPECT_EQ(a.spec().train().steps(), 10);
+  EXPECT_EQ(a.layout().data() * a.layout().tensor() * a.layout().pipeline(), 2);
+
+  Send("n1", RankPhase(name, 1, 0, v1::RANK_PHASE_RUNNING));
+  EXPECT_EQ(Get(name).state(), v1::SCHEDULED);  // not every rank yet
+  Send("n1", RankPhase(name, 1, 1, v1::RANK_PHASE_RUNNING));
+  EXPECT_EQ(Get(name).state(), v1::RUNNING);
+
+  Send("n1", Step(name, 1, 0, 5, 10, 3.5));
+  clock_.Advance(absl::Seconds(2));
+  Send("n1", Step(name, 1, 0, 6, 10, 3.25));
+  v1::Job running = Get(name);
+  EXPECT_EQ(running.progress().step(), 6);
+  EXPECT_EQ(running.progress().total_steps(), 10);
+  EXPECT_DOUBLE_EQ(running.progress().loss(), 3.25);
+  EXPECT_NEAR(running.progress().eta_seconds(), 8.0, 1e-6);  // 4 steps at 2 s per step
+  EXPECT_EQ(manager_->LatestSteps(name).size(), 1u);
+
+  Send("n1", RankExit(name, 1, 0, v1::EXIT_CLASS_SUCCESS));
+  EXPECT_EQ(Get(name).state(), v1::RUNNING);
+  Send("n1", RankExit(name, 1, 1, v1::EXIT_CLASS_SUCCESS));
+  v1::Job done = Get(name);
+  EXPECT_EQ(done.state(), v1::SUCCEEDED);
+  EXPECT_EQ(done.placements_size(), 0);
+  EXPECT_EQ(done.progress().step(), 6);  // progress is kept with the final state
+  std::vector<v1::JobState> states;
+  for (const v1::JobEvent& e : done.events()) states.push_back(e.to_state());
+  EXPECT_THAT(states,
+              ::testing::ElementsAre(v1::QUEUED, v1::SCHEDULED, v1::RUNNING, v1::SUCCEEDED));
+  // The devices are free again.
+  v1::ListNodesResponse nodes = manager_->ListNodes();
+  ASSERT_EQ(nodes.nodes_size(), 1);
+  EXPECT_EQ(nodes.nodes(0).allocated_devices_size(), 0);
+}
+
+TEST_F(JobManagerTest, JobWaitsForDevicesAndRunsWhenANodeArrives) {
+  ASSERT_TRUE(manager_->RegisterNode(CpuNode("n1", 2)).ok());  // registered, no session yet
+  absl::StatusOr<v1::Job> job = manager_->CreateJob(CreateRequest(CpuSpec(2)));
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state(), v1::QUEUED);
+  auto sink = Reconnect("n1");
+  EXPECT_EQ(Get(job->name()).state(), v1::SCHEDULED);
+  EXPECT_EQ(sink->TakeAssignments().size(), 1u);
+}
+
+TEST_F(JobManagerTest, CancelStopsTheGangAndIsRefusedOnceTerminal) {
+  auto sink = Connect("n1", 2);
+  const std::string name = CreateScheduled(CpuSpec(2), *sink);
+  StartAll("n1", name, 1, 2);
+  absl::StatusOr<v1::Job> cancelled = manager_->CancelJob(name);
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  EXPECT_EQ(cancelled->state(), v1::CANCELLED);
+  std::vector<v1::CoordinatorMessage> sent = sink->Take();
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].cancel().job(), name);
+  EXPECT_EQ(sent[0].cancel().generation(), 1);
+
+  absl::StatusOr<v1::Job> again = manager_->CancelJob(name);
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(again.status().message()), HasSubstr("already CANCELLED"));
+  // The devices went back to the pool: a new job is placed at once.
+  CreateScheduled(CpuSpec(2), *sink);
+}
+
+TEST_F(JobManagerTest, RetryableFailureRestartsWithBackoffUntilExhausted) {
+  auto sink = Connect("n1", 2);
+  const std::string name = CreateScheduled(CpuSpec(2, /*max_restarts=*/2, 1.0), *sink);
+  StartAll("n1", name, 1, 2);
+
+  Send("n1", RankExit(name, 1, 1, v1::EXIT_CLASS_RETRYABLE, "killed by signal 9 (SIGKILL)"));
+  v1::Job job = Get(name);
+  EXPECT_EQ(job.state(), v1::RESTARTING);
+  EXPECT_EQ(job.restart_count(), 1);
+  EXPECT_THAT(job.state_reason(), HasSubstr("rank 1 killed by signal 9 (SIGKILL)"));
+  std::vector<v1::CoordinatorMessage> sent = sink->Take();
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_TRUE(sent[0].has_cancel());
+
+  // Backoff 1 s: nothing before it, a new generation after it.
+  clock_.Advance(absl::Milliseconds(900));
+  manager_->Tick();
+  EXPECT_EQ(Get(name).state(), v1::RESTARTING);
+  clock_.Advance(absl::Milliseconds(200));
+  manager_->Tick();
+  job = Get(name);
+  EXPECT_EQ(job.state(), v1::SCHEDULED);
+  EXPECT_EQ(job.generation(), 2);
+  std::vector<v1::Assignment> assigned = sink->TakeAssignments();
+  ASSERT_EQ(assigned.size(), 1u);
+  EXPECT_EQ(assigned[0].generation(), 2);
+
+  // Second failure: backoff doubles to 2 s.
+  StartAll("n1", name, 2, 2);
+  Send("n1", RankExit(name, 2, 0, v1::EXIT_CLASS_RETRYABLE, "killed by signal 9 (SIGKILL)"));
+  EXPECT_EQ(Get(name).state(), v1::RESTARTING);
+  clock_.Advance(absl::Milliseconds(1500));
+  manager_->Tick();
+  EXPECT_EQ(Get(name).state(), v1::RESTARTING);
+  clock_.Advance(absl::Milliseconds(600));
+  manager_->Tick();
+  EXPECT_EQ(Get(name).generation(), 3);
+  sink->Take();
+
+  // Third failure: restarts exhausted.
+  Send("n1", RankExit(name, 3, 1, v1::EXIT_CLASS_RETRYABLE, "killed by signal 9 (SIGKILL)"));
+  job = Get(name);
+  EXPECT_EQ(job.state(), v1::FAILED);
+  EXPECT_EQ(job.state_reason(), "rank 1 killed by signal 9 (SIGKILL); restarts exhausted (2 of 2)");
+  EXPECT_THAT(
+      Reasons(name),
+      ::testing::Contains("rank 1 killed by signal 9 (SIGKILL); restarts exhausted (2 of 2)"));
+}
+
+TEST_F(JobManagerTest, PermanentFailureFailsWithoutRestart) {
+  auto sink = Connect("n1", 2);
+  const std::string name = CreateScheduled(CpuSpec(2, /*max_restarts=*/3), *sink);
+  StartAll("n1", name, 1, 2);
+  Send("n1", RankExit(name, 1, 0, v1::EXIT_CLASS_PERMANENT, "exit code 2: unknown preset"));
+  v1::Job job = Get(name);
+  EXPECT_EQ(job.state(), v1::FAILED);
+  EXPECT_EQ(job.restart_count(), 0);
+  EXPECT_EQ(job.state_reason(), "rank 0 exit code 2: unknown preset");
+}
+
+TEST_F(JobManagerTest, StaleGenerationReportsAreIgnoredAndCancelled) {
+  auto sink = Connect("n1", 2);
+  const std::string name = CreateScheduled(CpuSpec(2, /*max_restarts=*/3, 0.0), *sink);
+  StartAll("n1", name, 1, 2);
+  Send("n1", RankExit(name, 1, 0, v1::EXIT_CLASS_RETRYABLE, "killed by signal 9 (SIGKILL)"));
+  manager_->Tick();  // zero backoff: generation 2 at once
+  ASSERT_EQ(Get(name).generation(), 2);
+  sink->Take();
+
+  // A late failure of generation 1 changes nothing.
+  Send("n1", RankExit(name, 1, 1, v1::EXIT_CLASS_RETRYABLE, "killed by signal 15"));
+  EXPECT_EQ(Get(name).state(), v1::SCHEDULED);
+  EXPECT_TRUE(sink->Take().empty());  // an exit needs no cancel
+  // A generation-1 rank that still runs is told to stop (once).
+  Send("n1", Step(name, 1, 0, 3, 10, 4.0));
+  Send("n1", Step(name, 1, 0, 4, 10, 4.0));
+  std::vector<v1::CoordinatorMessage> sent = sink->Take();
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].cancel().generation(), 1);
+  EXPECT_EQ(Get(name).progress().step(), 0);
+}
+
+TEST_F(JobManagerTest, LostNodeFailsItsJobsOver) {
+  auto sink1 = Connect("n1", 2);
+  const std::string name = CreateScheduled(CpuSpec(2, /*max_restarts=*/1, 1.0), *sink1);
+  StartAll("n1", name, 1, 2);
+  auto sink2 = Connect("n2", 2);
+
+  // n2 keeps heartbeating, n1 goes silent.
+  for (int i = 0; i < 11; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    Send("n2", ::loom::testing::Heartbeat());
+    manager_->Tick();
+  }
+  v1::ListNodesResponse nodes = manager_->ListNodes();
+  ASSERT_EQ(nodes.nodes_size(), 2);
+  EXPECT_EQ(nodes.nodes(0).state(), v1::NODE_STATE_LOST);
+  EXPECT_EQ(nodes.nodes(1).state(), v1::NODE_STATE_READY);
+  EXPECT_TRUE(sink1->closed());
+  // Failed over (after its 1 s backoff the gang is placed again, on n2).
+  v1::Job job = Get(name);
+  EXPECT_THAT(Reasons(name), ::testing::Contains(HasSubstr("node nodes/n1 was lost")));
+  EXPECT_EQ(job.restart_count(), 1);
+  if (job.state() == v1::RESTARTING) {
+    clock_.Advance(absl::Seconds(1));
+    manager_->Tick();
+    job = Get(name);
+  }
+  EXPECT_EQ(job.state(), v1::SCHEDULED);
+  EXPECT_EQ(job.generation(), 2);
+  EXPECT_EQ(job.placements(0).node(), "nodes/n2");
+  EXPECT_EQ(sink2->TakeAssignments().size(), 1u);
+  // A message on the dead session is refused.
+  EXPECT_EQ(
+      manager_->HandleWorkerMessage("n1", sessions_["n1"], ::loom::testing::Heartbeat()).code(),
+      absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(JobManagerTest, RestartKeepsRunningJobsAndReconcilesOnHello) {
+  auto sink = Connect("n1", 4);
+  const std::string name = CreateScheduled(CpuSpec(2), *sink);
+  StartAll("n1", name, 1, 2);
+
+  NewManager();  // loomd restarted on the same store
+  EXPECT_EQ(Get(name).state(), v1::RUNNING);
+  v1::SessionHello hello;
+  v1::RunningJob* running = hello.add_running();
+  running->set_job(name);
+  running->set_generation(1);
+  running->add_ranks(0);
+  running->add_ranks(1);
+  v1::RunningJob* unknown = hello.add_running();
+  unknown->set_job("jobs/unknown-job");
+  unknown->set_generation(4);
+  auto sink2 = Reconnect("n1", hello);
+
+  std::vector<v1::CoordinatorMessage> sent = sink2->Take();
+  ASSERT_EQ(sent.size(), 1u);  // no assignment: nothing is launched twice
+  EXPECT_EQ(sent[0].cancel().job(), "jobs/unknown-job");
+  EXPECT_EQ(sent[0].cancel().generation(), 4);
+  v1::Job job = Get(name);
+  EXPECT_EQ(job.state(), v1::RUNNING);
+  EXPECT_EQ(job.generation(), 1);
+  // Its devices stay allocated: a second 4-device job cannot be placed now.
+  absl::StatusOr<v1::Job> other = manager_->CreateJob(CreateRequest(CpuSpec(4)));
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_EQ(other->state(), v1::QUEUED);
+  // And it completes normally.
+  Send("n1", RankExit(name, 1, 0, v1::EXIT_CLASS_SUCCESS));
+  Send("n1", RankExit(name, 1, 1, v1::EXIT_CLASS_SUCCESS));
+  EXPECT_EQ(Get(name).state(), v1::SUCCEEDED);
+  EXPECT_EQ(Get(other->name()).state(), v1::SCHEDULED);
+}
+
+TEST_F(JobManagerTest, AGangMissingFromHelloFailsOver) {
+  auto sink = Connect("n1", 2);
+  const std::string name = CreateScheduled(CpuSpec(2, /*max_restarts=*/1), *sink);
+  StartAll("n1", name, 1, 2);
+  Reconnect("n1");                            // the worker restarted and lost its ranks
+  EXPECT_EQ(Get(name).state(), v1::RUNNING);  // it gets the reconcile grace first
+  clock_.Advance(absl::Seconds(2));
+  manager_->Tick();
+  EXPECT_EQ(Get(name).state(), v1::RUNNING);
+  clock_.Advance(absl::Seconds(2));
+  manager_->Tick();
+  v1::Job job = Get(name);
+  EXPECT_EQ(job.state(), v1::RESTARTING);
+  EXPECT_THAT(job.state_reason(), HasSubstr("reconnected without the ranks of generation 1"));
+}
+
+TEST_F(JobManagerTest, AGangThatFinishedWhileLoomdWasAwayIsNotRestarted) {
+  auto sink = Connect("n1", 2);
+  const std::string name = CreateScheduled(CpuSpec(2, /*max_restarts=*/1), *sink);
+  StartAll("n1", name, 1, 2);
+  NewManager();
+  Reconnect("n1");  // nothing runs any more: the ranks finished while loomd was down
+  // The worker re-sends the exit reports loomd may have missed.
+  Send("n1", RankExit(name, 1, 0, v1::EXIT_CLASS_SUCCESS));
+  Send("n1", RankExit(name, 1, 1, v1::EXIT_CLASS_SUCCESS));
+  clock_.Advance(absl::Seconds(4));
+  manager_->Tick();
+  v1::Job job = Get(name);
+  EXPECT_EQ(job.state(), v1::SUCCEEDED);
+  EXPECT_EQ(job.generation(), 1);
+}
+
+TEST_F(JobManagerTest, KnownNodeThatDoesNotReconnectAfterRestartIsLost) {
+  auto sink = Connect("n1", 2);
+  const std::string name = CreateScheduled(CpuSpec(2), *sink);
+  StartAll("n1", name, 1, 2);
+  NewManager();
+  clock_.Advance(absl::Seconds(5));
+  manager_->Tick();
+  EXPECT_EQ(Get(name).state(), v1::RUNNING);
+  clock_.Advance(absl::Seconds(6));
+  manager_->Tick();
+  EXPECT_EQ(manager_->ListNodes().nodes(0).state(), v1::NODE_STATE_LOST);
+  v1::Job job = Get(name);
+  EXPECT_EQ(job.state(), v1::FAILED);  // max_restarts 0
+  EXPECT_THAT(job.state_reason(), HasSubstr("restarts exhausted (0 of 0)"));
+}
+
+TEST_F(JobManagerTest, CreateJobIsIdempotentByRequestId) {
+  Connect("n1", 2);
+  absl::StatusOr<v1::Job> first = manager_->CreateJob(CreateRequest(CpuSpec(2), "req-1"));
+  absl::StatusOr<v1::Job> second = manager_->CreateJob(CreateRequest(CpuSpec(2), "req-1"));
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_EQ(first->name(), second->name());
+  EXPECT_EQ(second->request_id(), "req-1");
+  absl::StatusOr<v1::ListJobsResponse> all = manager_->ListJobs({});
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->jobs_size(), 1);
+}
+
+TEST_F(JobManagerTest, ListJobsPagesWithOpaqueTokens) {
+  ASSERT_TRUE(manager_->RegisterNode(CpuNode("n1", 2)).ok());  // capacity, no session
+  std::vector<std::string> names;
+  for (int i = 0; i < 5; ++i) {
+    absl::StatusOr<v1::Job> job = manager_->CreateJob(CreateRequest(CpuSpec(2)));
+    ASSERT_TRUE(job.ok()) << job.status();
+    names.push_back(job->name());
+  }
+  ASSERT_TRUE(manager_->CancelJob(names[1]).ok());
+  std::vector<std::string> seen;
+  v1::ListJobsRequest request;
+  request.set_page_size(2);
+  int pages = 0;
+  while (true) {
+    absl::StatusOr<v1::ListJobsResponse> page = manager_->ListJobs(request);
+    ASSERT_TRUE(page.ok()) << page.status();
+    ++pages;
+    for (const v1::Job& j : page->jobs()) seen.push_back(j.name());
+    if (page->next_page_token().empty()) break;
+    request.set_page_token(page->next_page_token());
+  }
+  EXPECT_EQ(pages, 3);
+  EXPECT_EQ(seen, names);
+
+  v1::ListJobsRequest queued;
+  queued.set_state(v1::QUEUED);
+  absl::StatusOr<v1::ListJobsResponse> only = manager_->ListJobs(queued);
+  ASSERT_TRUE(only.ok());
+  EXPECT_EQ(only->jobs_size(), 4);
+
+  v1::ListJobsRequest bad;
+  bad.set_page_token("not-a-token");
+  EXPECT_EQ(manager_->ListJobs(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(manager_->ListJobs(bad).status().message()), HasSubstr("page_token"));
+  bad.set_page_token("");
+  bad.set_page_size(-1);
+  EXPECT_THAT(std::string(manager_->ListJobs(bad).status().message()), HasSubstr("page_size"));
+}
+
+TEST_F(JobManagerTest, MalformedRequestsWriteNothing) {
+  Connect("n1", 2);
+  EXPECT_THAT(std::string(manager_->GetJob("foo").status().message()),
+              HasSubstr("name must look like jobs/{job}"));
+  EXPECT_EQ(manager_->GetJob("jobs/Bad_Id").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(manager_->GetJob("jobs/missing").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(manager_->CancelJob("jobs/missing").status().code(), absl::StatusCode::kNotFound);
+
+  v1::CreateJobRequest no_spec;
+  EXPECT_EQ(manager_->CreateJob(no_spec).status().code(), absl::StatusCode::kInvalidArgument);
+  v1::JobSpec too_big = CpuSpec(64);
+  absl::Status status = manager_->CreateJob(CreateRequest(too_big)).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  v1::JobSpec bad_preset = CpuSpec(2);
+  bad_preset.mutable_model()->set_preset("gpt5");
+  status = manager_->CreateJob(CreateRequest(bad_preset)).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("preset"));
+  EXPECT_EQ(manager_->ListJobs({})->jobs_size(), 0);
+
+  v1::RegisterNodeRequest bad_node = CpuNode("Bad Node", 1);
+  EXPECT_THAT(std::string(manager_->RegisterNode(bad_node).status().message()),
+              HasSubstr("node_id"));
+  v1::RegisterNodeRequest no_devices = CpuNode("n2", 0);
+  EXPECT_THAT(std::string(manager_->RegisterNode(no_devices).status().message()),
+              HasSubstr("devices"));
+  v1::SessionHello stranger;
+  stranger.set_node_id("never-registered");
+  EXPECT_EQ(manager_->OpenSession(stranger, std::make_shared<FakeSink>()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(manager_->ListNodes().nodes_size(), 1);
+  // Garbage on a session is refused without harm.
+  v1::WorkerMessage empty;
+  EXPECT_EQ(manager_->HandleWorkerMessage("n1", sessions_["n1"], empty).code(),
+            absl::StatusCode::kInvalidArgument);
+  Send("n1", RankExit("not a job", -5, 99, v1::EXIT_CLASS_RETRYABLE));
+  Send("n1", Step("jobs/ghost", 7, 0, 1, 1, 1.0));
+}
+
+TEST_F(JobManagerTest, WatchSeesTheCurrentJobThenEveryChange) {
+  auto sink = Connect("n1", 2);
+  const std::string name = CreateScheduled(CpuSpec(2), *sink);
+  absl::StatusOr<std::shared_ptr<JobSubscription>> watch = manager_->WatchJob(name);
+  ASSERT_TRUE(watch.ok()) << watch.status();
+  std::optional<v1::Job> first = (*watch)->Next(absl::ZeroDuration());
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->state(), v1::SCHEDULED);
+  StartAll("n1", name, 1, 2);
+  Send("n1", Step(name, 1, 0, 1, 10, 5.0));
+  Send("n1", Step(name, 1, 0, 2, 10, 4.0));  // coalesced with the previous one
+  ASSERT_TRUE(manager_->CancelJob(name).ok());
+  std::vector<v1::Job> updates;
+  while (auto next = (*watch)->Next(absl::ZeroDuration())) updates.push_back(*next);
+  ASSERT_EQ(updates.size(), 3u);
+  EXPECT_EQ(updates[0].state(), v1::RUNNING);
+  EXPECT_EQ(updates[1].progress().step(), 2);
+  EXPECT_EQ(updates[2].state(), v1::CANCELLED);
+  EXPECT_TRUE((*watch)->closed());
+}
+
+TEST_F(JobManagerTest, LogsAreStoredPerJob) {
+  auto sink = Connect("n1", 2);
+  const std::string name = CreateScheduled(CpuSpec(2), *sink);
+  v1::WorkerMessage logs;
+  logs.mutable_logs()->set_job(name);
+  logs.mutable_logs()->set_generation(1);
+  logs.mutable_logs()->set_rank(1);
+  logs.mutable_logs()->set_stream("stderr");
+  logs.mutable_logs()->add_lines("hello from rank 1");
+  logs.mutable_logs()->add_lines("second\tline");
+  Send("n1", logs);
+  absl::StatusOr<LogBatch> batch = logs_->Read(name.substr(5), 0, 1);
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  ASSERT_EQ(batch->lines.size(), 2u);
+  EXPECT_EQ(batch->lines[0].text(), "hello from rank 1");
+  EXPECT_EQ(batch->lines[1].text(), "second line");
+  EXPECT_EQ(batch->lines[0].stream(), "stderr");
+  EXPECT_EQ(batch->lines[0].node(), "nodes/n1");
+  EXPECT_TRUE(logs_->Read(name.substr(5), 0, 0)->lines.empty());
+}
+
+TEST_F(JobManagerTest, ProgressIsWrittenToTheStoreAtMostAboutOncePerSecond) {
+  auto sink = Connect("n1", 2);
+  const std::string name = CreateScheduled(CpuSpec(2), *sink);
+  StartAll("n1", name, 1, 2);
+  clock_.Advance(absl::Seconds(2));
+  Send("n1", Step(name, 1, 0, 1, 10, 5.0));  // first report after a quiet second: written
+  for (int step = 2; step <= 5; ++step) {
+    clock_.Advance(absl::Milliseconds(100));
+    Send("n1", Step(name, 1, 0, step, 10, 5.0 - step * 0.1));
+  }
+  EXPECT_EQ(store_->GetJob(name)->job.progress().step(), 1);  // not hammered
+  EXPECT_EQ(Get(name).progress().step(), 5);                  // but served fresh
+  clock_.Advance(absl::Seconds(1));
+  manager_->Tick();  // the throttled write catches up
+  EXPECT_EQ(store_->GetJob(name)->job.progress().step(), 5);
+}
+
+TEST_F(JobManagerTest, MetricsFollowJobsNodesAndRestarts) {
+  metrics::Registry registry;
+  server_metrics::ServerMetrics metrics(&registry);
+  manager_.reset();
+  JobManagerOptions options;
+  options.rendezvous_address = kRendezvous;
+  auto manager = JobManager::Create(store_.get(), &clock_, MakeSpecValidator(), logs_.get(),
+                                    nullptr, &metrics, options);
+  ASSERT_TRUE(manager.ok());
+  manager_ = std::move(*manager);
+  metrics.SetSnapshotSource([this] { return manager_->MetricsSnapshot(); });
+
+  auto sink = Connect("n1", 2);
+  const std::string name = CreateScheduled(CpuSpec(2, /*max_restarts=*/1), *sink);
+  ASSERT_TRUE(manager_->CreateJob(CreateRequest(CpuSpec(2))).ok());  // waits: no devices
+  Send("n1", RankExit(name, 1, 0, v1::EXIT_CLASS_RETRYABLE, "killed by signal 9 (SIGKILL)"));
+  const std::string text = registry.Serialize();
+  EXPECT_THAT(text, HasSubstr("loom_job_restarts_total 1"));
+  EXPECT_THAT(text, HasSubstr("loom_jobs{state=\"RESTARTING\"} 1"));
+  EXPECT_THAT(text, HasSubstr("loom_scheduler_queue_depth 0"));  // the second job got n1
+  EXPECT_THAT(text, HasSubstr("loom_jobs{state=\"SCHEDULED\"} 1"));
+  EXPECT_THAT(text, HasSubstr("loom_nodes{state=\"READY\"} 1"));
+  EXPECT_THAT(text, HasSubstr("loom_devices{kind=\"cpu\",state=\"allocated\"} 2"));
+  EXPECT_THAT(text, HasSubstr("loom_scheduling_latency_seconds_count 2"));
+}
+
+TEST(LogStoreTest, CapsTheSizeWithAMarker) {
+  store::testing::TempDir dir;
+  auto logs = LogStore::Open(dir.File("logs"), /*max_bytes_per_job=*/200);
+  ASSERT_TRUE(logs.ok());
+  v1::LogChunk chunk;
+  chunk.set_generation(1);
+  chunk.set_rank(0);
+  for (int i = 0; i < 20; ++i) chunk.add_lines("0123456789012345678901234567890123456789");
+  ASSERT_TRUE((*logs)->Append("abc", chunk, "nodes/n1", absl::Now()).ok());
+  ASSERT_TRUE((*logs)->Append("abc", chunk, "nodes/n1", absl::Now()).ok());
+  absl::StatusOr<LogBatch> batch = (*logs)->Read("abc", 0, std::nullopt);
+  ASSERT_TRUE(batch.ok());
+  ASSERT_FALSE(batch->lines.empty());
+  EXPECT_LT(batch->lines.size(), 5u);
+  EXPECT_THAT(batch->lines.back().text(), HasSubstr("log truncated"));
+  EXPECT_EQ((*logs)->Append("../x", chunk, "n", absl::Now()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace loom::jobs

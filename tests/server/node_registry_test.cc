@@ -1,0 +1,91 @@
+// NodeRegistry: registration checks, sessions, allocation and the scheduler's snapshot.
+#include "server/nodes/node_registry.h"
+
+#include <memory>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/server/loomd_test_util.h"
+
+namespace loom::nodes {
+namespace {
+
+using ::loom::testing::CpuNode;
+using ::loom::testing::FakeSink;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+std::string Message(const absl::Status& status) { return std::string(status.message()); }
+
+TEST(NodeRegistryTest, RegistrationIsValidated) {
+  EXPECT_TRUE(ValidateRegistration(CpuNode("gpu-node-1", 2)).ok());
+  EXPECT_THAT(Message(ValidateRegistration(CpuNode("", 2))), HasSubstr("node_id"));
+  EXPECT_THAT(Message(ValidateRegistration(CpuNode("UPPER", 2))), HasSubstr("[a-z0-9-]"));
+  EXPECT_THAT(Message(ValidateRegistration(CpuNode(std::string(64, 'a'), 2))),
+              HasSubstr("node_id"));
+  EXPECT_THAT(Message(ValidateRegistration(CpuNode("n1", 0))), HasSubstr("devices"));
+  v1::RegisterNodeRequest duplicate = CpuNode("n1", 2);
+  duplicate.mutable_devices(1)->set_index(0);
+  EXPECT_THAT(Message(ValidateRegistration(duplicate)), HasSubstr("devices[1].index"));
+  v1::RegisterNodeRequest no_kind = CpuNode("n1", 1);
+  no_kind.mutable_devices(0)->set_kind(v1::DEVICE_KIND_UNSPECIFIED);
+  EXPECT_THAT(Message(ValidateRegistration(no_kind)), HasSubstr("devices[0].kind"));
+}
+
+TEST(NodeRegistryTest, OnlyReadyNodesWithASessionAreSchedulable) {
+  NodeRegistry registry;
+  const absl::Time now = absl::FromUnixSeconds(1000);
+  registry.Put(registry.Registered(CpuNode("a", 4), now), now);
+  registry.Put(registry.Registered(CpuNode("b", 2), now), now);
+  EXPECT_TRUE(registry.Snapshot().empty());
+  auto sink = std::make_shared<FakeSink>();
+  const uint64_t id = registry.OpenSession("nodes/a", sink);
+  ASSERT_NE(id, 0u);
+  registry.Allocate("nodes/a", {1, 2}, "jobs/x");
+  std::vector<scheduler::NodeSnapshot> snapshot = registry.Snapshot();
+  ASSERT_EQ(snapshot.size(), 1u);
+  EXPECT_EQ(snapshot[0].name, "nodes/a");
+  EXPECT_EQ(snapshot[0].total_devices, 4);
+  EXPECT_THAT(snapshot[0].free_devices, ElementsAre(0, 3));
+  registry.Release("jobs/x");
+  EXPECT_THAT(registry.Snapshot()[0].free_devices, ElementsAre(0, 1, 2, 3));
+
+  Capacity capacity = registry.ReadyCapacity();
+  EXPECT_EQ(capacity.cpu_devices, 6);
+  EXPECT_EQ(capacity.max_cpu_devices_per_node, 4);
+  EXPECT_EQ(capacity.ready_nodes, 2);
+
+  // A second session replaces (and closes) the first; the old id is no longer current.
+  auto sink2 = std::make_shared<FakeSink>();
+  const uint64_t id2 = registry.OpenSession("nodes/a", sink2);
+  EXPECT_TRUE(sink->closed());
+  EXPECT_FALSE(registry.IsCurrentSession("nodes/a", id));
+  EXPECT_TRUE(registry.IsCurrentSession("nodes/a", id2));
+  registry.CloseSession("nodes/a", id);  // stale close: ignored
+  EXPECT_TRUE(registry.IsCurrentSession("nodes/a", id2));
+  registry.CloseSession("nodes/a", id2);
+  EXPECT_TRUE(sink2->closed());
+  EXPECT_TRUE(registry.Snapshot().empty());
+}
+
+TEST(NodeRegistryTest, GpuNodesOfferTheirGpus) {
+  NodeRegistry registry;
+  const absl::Time now = absl::FromUnixSeconds(1000);
+  v1::RegisterNodeRequest request = CpuNode("g", 1);
+  for (int i = 0; i < 2; ++i) {
+    v1::Device* d = request.add_devices();
+    d->set_kind(v1::DEVICE_KIND_GPU);
+    d->set_index(i);
+  }
+  registry.Put(registry.Registered(request, now), now);
+  registry.OpenSession("nodes/g", std::make_shared<FakeSink>());
+  std::vector<scheduler::NodeSnapshot> snapshot = registry.Snapshot();
+  ASSERT_EQ(snapshot.size(), 1u);
+  EXPECT_EQ(snapshot[0].kind, v1::DEVICE_KIND_GPU);
+  EXPECT_EQ(snapshot[0].total_devices, 2);
+  EXPECT_EQ(registry.ReadyCapacity().gpus, 2);
+  EXPECT_EQ(registry.ReadyCapacity().cpu_devices, 0);
+}
+
+}  // namespace
+}  // namespace loom::nodes
