@@ -1,0 +1,231 @@
+#include "client/commands.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/exit_codes.h"
+#include "client/job_format.h"
+#include "client/job_name.h"
+#include "client/request_id.h"
+#include "client/spec_yaml.h"
+#include "common/grpc_status.h"
+#include "loom/v1/node.pb.h"
+
+namespace loom::client {
+namespace {
+
+using loom::v1::Job;
+
+constexpr int kListPageSize = 500;
+
+int Fail(CommandContext& ctx, const absl::Status& status) {
+  *ctx.err << DescribeError(status, ctx.connection->server()) << std::endl;
+  return ExitCodeForStatus(status);
+}
+
+void PrintJob(CommandContext& ctx, const Job& job) {
+  if (ctx.format == OutputFormat::kTable) {
+    *ctx.out << FormatJobDetails(job, ctx.now());
+  } else {
+    *ctx.out << RenderMessage(job, ctx.format);
+  }
+  ctx.out->flush();
+}
+
+absl::StatusOr<Job> GetJob(CommandContext& ctx, const std::string& name) {
+  grpc::ClientContext context;
+  ctx.connection->PrepareUnary(&context);
+  loom::v1::GetJobRequest request;
+  request.set_name(name);
+  Job job;
+  const absl::Status s = FromGrpcStatus(ctx.connection->jobs().GetJob(&context, request, &job));
+  if (!s.ok()) return s;
+  return job;
+}
+
+// Follows `name` to its end with a live progress line. The line goes to stdout for tables and
+// to stderr for json/yaml, so that stdout stays one parseable document. Prints the outcome
+// (table) or the final job (json/yaml); returns the exit code.
+int FollowWithProgress(CommandContext& ctx, const std::string& name) {
+  const bool to_out = ctx.format == OutputFormat::kTable;
+  ProgressDisplay display(to_out ? *ctx.out : *ctx.err, to_out ? ctx.out_is_tty : ctx.err_is_tty);
+  absl::StatusOr<Job> final_job = FollowJob(
+      *ctx.connection, name, [&](const Job& job) { display.Update(job); }, ctx.follow);
+  display.Finish();
+  if (!final_job.ok()) return Fail(ctx, final_job.status());
+  if (to_out) {
+    *ctx.out << FormatOutcomeLine(*final_job) << std::endl;
+  } else {
+    *ctx.err << FormatOutcomeLine(*final_job) << std::endl;
+    *ctx.out << RenderMessage(*final_job, ctx.format) << std::flush;
+  }
+  return ExitCodeForJobState(final_job->state());
+}
+
+}  // namespace
+
+absl::StatusOr<loom::v1::JobState> ParseJobState(const std::string& text) {
+  loom::v1::JobState state;
+  if (loom::v1::JobState_Parse(absl::AsciiStrToUpper(text), &state) &&
+      state != loom::v1::JOB_STATE_UNSPECIFIED) {
+    return state;
+  }
+  std::vector<std::string> names;
+  for (int s = loom::v1::JobState_MIN; s <= loom::v1::JobState_MAX; ++s) {
+    if (s != loom::v1::JOB_STATE_UNSPECIFIED && loom::v1::JobState_IsValid(s)) {
+      names.push_back(absl::AsciiStrToLower(loom::v1::JobState_Name(s)));
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat("--state: unknown job state '", text,
+                                                 "'; use one of ", absl::StrJoin(names, ", ")));
+}
+
+int RunSubmit(CommandContext& ctx, const SubmitArgs& args) {
+  absl::StatusOr<loom::v1::JobSpec> spec = LoadJobSpecFile(args.file);
+  if (!spec.ok()) return Fail(ctx, spec.status());
+  loom::v1::CreateJobRequest request;
+  *request.mutable_spec() = *std::move(spec);
+  request.set_request_id(args.request_id.empty() ? NewRequestId() : args.request_id);
+  grpc::ClientContext context;
+  ctx.connection->PrepareUnary(&context);
+  Job job;
+  const absl::Status s = FromGrpcStatus(ctx.connection->jobs().CreateJob(&context, request, &job));
+  if (!s.ok()) return Fail(ctx, s);
+  if (!args.wait) {
+    if (ctx.format == OutputFormat::kTable) {
+      *ctx.out << job.name() << std::endl;  // one line, so that scripts can capture it
+    } else {
+      *ctx.out << RenderMessage(job, ctx.format) << std::flush;
+    }
+    return kExitOk;
+  }
+  if (ctx.format == OutputFormat::kTable) *ctx.out << job.name() << std::endl;
+  return FollowWithProgress(ctx, job.name());
+}
+
+int RunGet(CommandContext& ctx, const std::string& job_arg, bool wait) {
+  absl::StatusOr<std::string> name = NormalizeJobName(job_arg);
+  if (!name.ok()) return Fail(ctx, name.status());
+  absl::StatusOr<Job> job = wait ? FollowJob(
+                                       *ctx.connection, *name, [](const Job&) {}, ctx.follow)
+                                 : GetJob(ctx, *name);
+  if (wait && job.ok()) job = GetJob(ctx, *name);  // GetJob carries the event log
+  if (!job.ok()) return Fail(ctx, job.status());
+  PrintJob(ctx, *job);
+  return wait ? ExitCodeForJobState(job->state()) : kExitOk;
+}
+
+int RunList(CommandContext& ctx, const std::string& state_arg) {
+  loom::v1::ListJobsRequest request;
+  request.set_page_size(kListPageSize);
+  if (!state_arg.empty()) {
+    absl::StatusOr<loom::v1::JobState> state = ParseJobState(state_arg);
+    if (!state.ok()) return Fail(ctx, state.status());
+    request.set_state(*state);
+  }
+  loom::v1::ListJobsResponse all;
+  while (true) {
+    grpc::ClientContext context;
+    ctx.connection->PrepareUnary(&context);
+    loom::v1::ListJobsResponse page;
+    const absl::Status s =
+        FromGrpcStatus(ctx.connection->jobs().ListJobs(&context, request, &page));
+    if (!s.ok()) return Fail(ctx, s);
+    for (Job& job : *page.mutable_jobs()) *all.add_jobs() = std::move(job);
+    if (page.next_page_token().empty()) break;
+    request.set_page_token(page.next_page_token());
+  }
+  if (ctx.format == OutputFormat::kTable) {
+    *ctx.out << FormatJobTable({all.jobs().begin(), all.jobs().end()}, ctx.now()) << std::flush;
+  } else {
+    *ctx.out << RenderMessage(all, ctx.format) << std::flush;
+  }
+  return kExitOk;
+}
+
+int RunWatch(CommandContext& ctx, const std::string& job_arg) {
+  absl::StatusOr<std::string> name = NormalizeJobName(job_arg);
+  if (!name.ok()) return Fail(ctx, name.status());
+  return FollowWithProgress(ctx, *name);
+}
+
+int RunLogs(CommandContext& ctx, const LogsArgs& args) {
+  absl::StatusOr<std::string> name = NormalizeJobName(args.job);
+  if (!name.ok()) return Fail(ctx, name.status());
+  if (args.rank.has_value() && *args.rank < 0) {
+    return Fail(ctx, absl::InvalidArgumentError(absl::StrCat(
+                         "--rank: ", *args.rank, " is not a rank; ranks are 0..world_size-1")));
+  }
+  loom::v1::StreamJobLogsRequest request;
+  request.set_name(*name);
+  request.set_follow(args.follow);
+  if (args.rank.has_value()) request.set_rank(*args.rank);
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReaderInterface<loom::v1::LogLine>> reader =
+      ctx.connection->jobs().StreamJobLogs(&context, request);
+  loom::v1::LogLine line;
+  while (reader->Read(&line)) {
+    switch (ctx.format) {
+      case OutputFormat::kTable:
+        *ctx.out << FormatLogLine(line) << '\n';
+        break;
+      case OutputFormat::kJson:  // JSON Lines: one object per line
+        *ctx.out << RenderMessage(line, ctx.format, /*compact=*/true);
+        break;
+      case OutputFormat::kYaml:
+        *ctx.out << "---\n" << RenderMessage(line, ctx.format);
+        break;
+    }
+    if (args.follow) ctx.out->flush();
+  }
+  ctx.out->flush();
+  const absl::Status s = FromGrpcStatus(reader->Finish());
+  if (!s.ok()) return Fail(ctx, s);
+  return kExitOk;
+}
+
+int RunCancel(CommandContext& ctx, const std::string& job_arg) {
+  absl::StatusOr<std::string> name = NormalizeJobName(job_arg);
+  if (!name.ok()) return Fail(ctx, name.status());
+  grpc::ClientContext context;
+  ctx.connection->PrepareUnary(&context);
+  loom::v1::CancelJobRequest request;
+  request.set_name(*name);
+  Job job;
+  const absl::Status s = FromGrpcStatus(ctx.connection->jobs().CancelJob(&context, request, &job));
+  if (!s.ok()) return Fail(ctx, s);
+  if (ctx.format == OutputFormat::kTable) {
+    if (job.state() == loom::v1::CANCELLED) {
+      *ctx.out << job.name() << " CANCELLED" << std::endl;
+    } else {
+      *ctx.out << job.name() << " cancelling (now " << JobStateName(job.state())
+               << "; 'loomctl watch " << job.name() << "' follows it)" << std::endl;
+    }
+  } else {
+    *ctx.out << RenderMessage(job, ctx.format) << std::flush;
+  }
+  return kExitOk;
+}
+
+int RunNodes(CommandContext& ctx) {
+  grpc::ClientContext context;
+  ctx.connection->PrepareUnary(&context);
+  loom::v1::ListNodesResponse response;
+  const absl::Status s = FromGrpcStatus(
+      ctx.connection->nodes().ListNodes(&context, loom::v1::ListNodesRequest(), &response));
+  if (!s.ok()) return Fail(ctx, s);
+  if (ctx.format == OutputFormat::kTable) {
+    *ctx.out << FormatNodeTable({response.nodes().begin(), response.nodes().end()}, ctx.now())
+             << std::flush;
+  } else {
+    *ctx.out << RenderMessage(response, ctx.format) << std::flush;
+  }
+  return kExitOk;
+}
+
+}  // namespace loom::client

@@ -1,0 +1,57 @@
+// The loomctl commands. Each returns the process exit code (client/exit_codes.h) and prints
+// results on `out` and errors (one line, naming the field or the server) on `err`; none throws.
+// loomctl_main.cc only parses flags and calls these.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <ostream>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/connection.h"
+#include "client/job_follower.h"
+#include "client/output_format.h"
+#include "loom/v1/job.pb.h"
+
+namespace loom::client {
+
+struct CommandContext {
+  Connection* connection = nullptr;
+  OutputFormat format = OutputFormat::kTable;
+  std::ostream* out = nullptr;
+  std::ostream* err = nullptr;
+  // Whether `out` / `err` are terminals: the progress line is then redrawn in place.
+  bool out_is_tty = false;
+  bool err_is_tty = false;
+  FollowOptions follow;
+  std::function<absl::Time()> now = [] { return absl::Now(); };
+};
+
+struct SubmitArgs {
+  std::string file;        // the YAML spec; "-" for standard input
+  bool wait = false;       // follow the job to its end; exit 1 if it fails or is cancelled
+  std::string request_id;  // idempotency key; a fresh random one when empty
+};
+
+struct LogsArgs {
+  std::string job;
+  bool follow = false;
+  std::optional<int> rank;
+};
+
+int RunSubmit(CommandContext& ctx, const SubmitArgs& args);
+// `wait`: block until the job ends, then print it and exit 1 if it failed or was cancelled.
+int RunGet(CommandContext& ctx, const std::string& job, bool wait);
+// `state`: empty for all jobs, else a state name in any case ("running").
+int RunList(CommandContext& ctx, const std::string& state);
+int RunWatch(CommandContext& ctx, const std::string& job);
+int RunLogs(CommandContext& ctx, const LogsArgs& args);
+int RunCancel(CommandContext& ctx, const std::string& job);
+int RunNodes(CommandContext& ctx);
+
+// "running", "RUNNING" -> RUNNING. INVALID_ARGUMENT listing the states otherwise.
+absl::StatusOr<loom::v1::JobState> ParseJobState(const std::string& text);
+
+}  // namespace loom::client

@@ -1,0 +1,105 @@
+#include "client/job_follower.h"
+
+#include <algorithm>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "client/job_format.h"
+#include "common/grpc_status.h"
+
+namespace loom::client {
+namespace {
+
+// Errors after which re-opening the stream may help (loomd restarting, a dropped connection).
+bool IsTransient(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kCancelled:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kInternal:
+    case absl::StatusCode::kUnknown:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+void ProgressDisplay::Update(const loom::v1::Job& job) {
+  const std::string line = FormatProgressLine(job);
+  if (line == last_) return;
+  last_ = line;
+  if (redraw_in_place_) {
+    out_ << '\r' << line << "\x1b[K" << std::flush;
+    line_open_ = true;
+  } else {
+    out_ << line << '\n' << std::flush;
+  }
+}
+
+void ProgressDisplay::Finish() {
+  if (line_open_) out_ << '\n' << std::flush;
+  line_open_ = false;
+}
+
+absl::StatusOr<loom::v1::Job> FollowJob(Connection& connection, const std::string& name,
+                                        const std::function<void(const loom::v1::Job&)>& on_update,
+                                        const FollowOptions& options) {
+  bool had_contact = false;
+  absl::Time last_contact = absl::Now();
+  absl::Duration backoff = options.retry_initial;
+  while (true) {
+    absl::Status stream_status;
+    {
+      grpc::ClientContext context;
+      loom::v1::WatchJobRequest request;
+      request.set_name(name);
+      std::unique_ptr<grpc::ClientReaderInterface<loom::v1::JobUpdate>> reader =
+          connection.jobs().WatchJob(&context, request);
+      loom::v1::JobUpdate update;
+      while (reader->Read(&update)) {
+        had_contact = true;
+        last_contact = absl::Now();
+        backoff = options.retry_initial;
+        on_update(update.job());
+        if (IsTerminal(update.job().state())) {
+          context.TryCancel();
+          reader->Finish();
+          return update.job();
+        }
+      }
+      stream_status = FromGrpcStatus(reader->Finish());
+    }
+    if (!stream_status.ok() && !(had_contact && IsTransient(stream_status))) return stream_status;
+
+    // The stream ended before a terminal state: the job may have ended meanwhile.
+    grpc::ClientContext context;
+    connection.PrepareUnary(&context);
+    loom::v1::GetJobRequest request;
+    request.set_name(name);
+    loom::v1::Job job;
+    const absl::Status get_status =
+        FromGrpcStatus(connection.jobs().GetJob(&context, request, &job));
+    if (get_status.ok()) {
+      had_contact = true;
+      last_contact = absl::Now();
+      on_update(job);
+      if (IsTerminal(job.state())) return job;
+    } else if (!IsTransient(get_status) || !had_contact) {
+      return get_status;
+    }
+    const absl::Status last_error = get_status.ok() ? stream_status : get_status;
+    if (absl::Now() - last_contact > options.reconnect_window) {
+      return last_error.ok() ? absl::UnavailableError(absl::StrCat(
+                                   "the watch of ", name, " kept ending before the job did"))
+                             : last_error;
+    }
+    absl::SleepFor(backoff);  // retry backoff, not synchronisation
+    backoff = std::min(backoff * 2, options.retry_max);
+  }
+}
+
+}  // namespace loom::client

@@ -1,0 +1,95 @@
+// loomctl: the command-line client of Loom. Flag parsing only; the commands live in
+// client/commands.cc. Exit codes: client/exit_codes.h.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <optional>
+#include <string>
+
+#include "absl/time/time.h"
+#include "client/commands.h"
+#include "client/connection.h"
+#include "client/exit_codes.h"
+#include "client/output_format.h"
+
+int main(int argc, char** argv) {
+  using namespace loom::client;
+
+  CLI::App app{"loomctl: submit, follow and inspect Loom training jobs"};
+  app.require_subcommand(1);
+  app.fallthrough(true);  // global flags are accepted after the command too
+
+  std::string server;
+  std::string output = "table";
+  double timeout_seconds = 10;
+  app.add_option("--server", server,
+                 "loomd address host:port (default: $LOOM_SERVER, else 127.0.0.1:7070)");
+  app.add_option("-o,--output", output, "Output format: table, json or yaml")
+      ->check(CLI::IsMember({"table", "json", "yaml"}));
+  app.add_option("--timeout", timeout_seconds, "Deadline of each request, in seconds")
+      ->check(CLI::PositiveNumber);
+
+  SubmitArgs submit_args;
+  CLI::App* submit = app.add_subcommand("submit", "Submit a job from a YAML spec");
+  submit->add_option("-f,--file", submit_args.file, "Job spec YAML ('-' for stdin)")->required();
+  submit->add_flag("--wait", submit_args.wait,
+                   "Follow the job to its end; exit 1 if it fails or is cancelled");
+  submit->add_option("--request-id", submit_args.request_id,
+                     "Idempotency key (default: a fresh random id)");
+
+  std::string job;
+  bool get_wait = false;
+  CLI::App* get = app.add_subcommand("get", "Show one job, with its events");
+  get->add_option("JOB", job, "abc or jobs/abc")->required();
+  get->add_flag("--wait", get_wait,
+                "Wait for the job to end; exit 1 if it failed or was cancelled");
+
+  std::string state;
+  CLI::App* list = app.add_subcommand("list", "List jobs, oldest first");
+  list->add_option("--state", state, "Only jobs in this state (e.g. running)");
+
+  CLI::App* watch = app.add_subcommand("watch", "Follow a job's progress to its end");
+  watch->add_option("JOB", job, "abc or jobs/abc")->required();
+
+  LogsArgs logs_args;
+  std::optional<int> rank;
+  CLI::App* logs = app.add_subcommand("logs", "Print a job's stdout/stderr, per rank");
+  logs->add_option("JOB", logs_args.job, "abc or jobs/abc")->required();
+  logs->add_flag("-f,--follow", logs_args.follow, "Keep printing new lines until the job ends");
+  logs->add_option("--rank", rank, "Only this rank");
+
+  CLI::App* cancel = app.add_subcommand("cancel", "Cancel a job (its ranks are stopped)");
+  cancel->add_option("JOB", job, "abc or jobs/abc")->required();
+
+  CLI::App* nodes = app.add_subcommand("nodes", "List the worker nodes");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);  // prints help or the error
+    return rc == 0 ? kExitOk : kExitInvalidInput;
+  }
+
+  Connection connection(ResolveServerAddress(server),
+                        absl::Milliseconds(static_cast<int64_t>(timeout_seconds * 1000)));
+  CommandContext ctx;
+  ctx.connection = &connection;
+  ctx.format = *ParseOutputFormat(output);  // checked by CLI::IsMember above
+  ctx.out = &std::cout;
+  ctx.err = &std::cerr;
+  ctx.out_is_tty = isatty(STDOUT_FILENO) == 1;
+  ctx.err_is_tty = isatty(STDERR_FILENO) == 1;
+
+  if (*submit) return RunSubmit(ctx, submit_args);
+  if (*get) return RunGet(ctx, job, get_wait);
+  if (*list) return RunList(ctx, state);
+  if (*watch) return RunWatch(ctx, job);
+  if (*logs) {
+    logs_args.rank = rank;
+    return RunLogs(ctx, logs_args);
+  }
+  if (*cancel) return RunCancel(ctx, job);
+  if (*nodes) return RunNodes(ctx);
+  return kExitInvalidInput;
+}

@@ -1,0 +1,381 @@
+#include "client/spec_yaml.h"
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/util/json_util.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/yaml_json.h"
+#include "common/status_macros.h"
+
+namespace loom::client {
+namespace {
+
+using google::protobuf::Descriptor;
+using google::protobuf::EnumDescriptor;
+using google::protobuf::EnumValueDescriptor;
+using google::protobuf::FieldDescriptor;
+using nlohmann::json;
+
+constexpr size_t kMaxSpecBytes = 4 << 20;
+
+size_t EditDistance(absl::string_view a, absl::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      const bool same = absl::ascii_tolower(a[i - 1]) == absl::ascii_tolower(b[j - 1]);
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (same ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+const FieldDescriptor* FindField(const Descriptor* d, const std::string& key) {
+  if (const FieldDescriptor* f = d->FindFieldByName(key)) return f;
+  for (int i = 0; i < d->field_count(); ++i) {
+    if (d->field(i)->json_name() == key) return d->field(i);
+  }
+  return nullptr;
+}
+
+std::string Join(absl::string_view path, absl::string_view key) {
+  return path.empty() ? std::string(key) : absl::StrCat(path, ".", key);
+}
+
+std::string KindOf(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map:
+      return "a mapping";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Scalar:
+      return absl::StrCat("'", node.Scalar(), "'");
+    default:
+      return "nothing";
+  }
+}
+
+bool IsWellKnownType(const Descriptor* d) { return d->file()->package() == "google.protobuf"; }
+
+// Walks a YAML tree alongside a message descriptor and produces the JSON that
+// JsonStringToMessage accepts, or the first error with its position.
+class Converter {
+ public:
+  explicit Converter(absl::string_view source) : source_(source) {}
+
+  absl::StatusOr<json> Message(const YAML::Node& node, const Descriptor* d, const std::string& path,
+                               const YAML::Mark& where) {
+    if (node.IsNull()) return json::object();
+    if (!node.IsMap()) {
+      if (path.empty()) {
+        return Error(where, "",
+                     absl::StrCat("a job spec must be a YAML mapping of keys such as 'name:', "
+                                  "'model:' and 'resources:', got ",
+                                  KindOf(node)));
+      }
+      return Error(where, path,
+                   absl::StrCat("expected a mapping of ", d->name(), " fields (e.g. '",
+                                path.substr(path.rfind('.') + 1), ": {", d->field(0)->json_name(),
+                                ": ...}'), got ", KindOf(node)));
+    }
+    json out = json::object();
+    std::map<int, int> seen_line_by_field;  // field number -> 1-based line of its first key
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      const YAML::Node& key_node = it->first;
+      const YAML::Node& value = it->second;
+      const YAML::Mark key_mark = key_node.Mark();
+      if (!key_node.IsScalar()) {
+        return Error(key_mark, path,
+                     "a key must be a plain word such as 'name', not a list or map");
+      }
+      const std::string key = key_node.Scalar();
+      const std::string key_path = Join(path, key);
+      const FieldDescriptor* field = FindField(d, key);
+      if (field == nullptr) return UnknownKey(key_mark, d, path, key);
+      auto [prev, inserted] = seen_line_by_field.emplace(field->number(), key_mark.line + 1);
+      if (!inserted) {
+        return Error(key_mark, key_path,
+                     absl::StrCat("given twice (first at line ", prev->second, "); keep only one"));
+      }
+      const YAML::Mark value_mark = value.IsNull() ? key_mark : value.Mark();
+      ASSIGN_OR_RETURN(std::optional<json> converted, Field(value, field, key_path, value_mark));
+      if (converted.has_value()) out[field->json_name()] = *std::move(converted);
+    }
+    return out;
+  }
+
+ private:
+  absl::Status Error(const YAML::Mark& m, absl::string_view path, absl::string_view problem) {
+    return absl::InvalidArgumentError(absl::StrCat(source_, ":", m.line + 1, ":", m.column + 1,
+                                                   ": ", path, path.empty() ? "" : ": ", problem));
+  }
+
+  absl::Status UnknownKey(const YAML::Mark& m, const Descriptor* d, const std::string& path,
+                          const std::string& key) {
+    std::vector<std::string> names;
+    std::string best;
+    size_t best_distance = std::numeric_limits<size_t>::max();
+    for (int i = 0; i < d->field_count(); ++i) {
+      const FieldDescriptor* f = d->field(i);
+      names.push_back(f->name());
+      for (const std::string& candidate : {f->name(), f->json_name()}) {
+        const size_t dist = EditDistance(key, candidate);
+        if (dist < best_distance) best_distance = dist, best = candidate;
+      }
+    }
+    std::string hint;
+    if (best_distance <= std::max<size_t>(2, key.size() / 3)) {
+      hint = absl::StrCat("did you mean '", best, "'? ");
+    }
+    return Error(m, Join(path, key),
+                 absl::StrCat("unknown key; ", hint, "valid keys",
+                              path.empty() ? "" : absl::StrCat(" of '", path, "'"), ": ",
+                              absl::StrJoin(names, ", ")));
+  }
+
+  // nullopt: leave the field unset (an empty value of a scalar, list or map field).
+  absl::StatusOr<std::optional<json>> Field(const YAML::Node& node, const FieldDescriptor* f,
+                                            const std::string& path, const YAML::Mark& where) {
+    if (f->is_map()) {
+      if (node.IsNull()) return std::optional<json>();
+      if (!node.IsMap()) {
+        return Error(where, path,
+                     absl::StrCat("expected a mapping (e.g. '", f->name(), ": {KEY: value}'), got ",
+                                  KindOf(node)));
+      }
+      const FieldDescriptor* value_field = f->message_type()->map_value();
+      json out = json::object();
+      for (auto it = node.begin(); it != node.end(); ++it) {
+        if (!it->first.IsScalar()) {
+          return Error(it->first.Mark(), path, "a map key must be a scalar");
+        }
+        const std::string key = it->first.Scalar();
+        const YAML::Mark value_mark = it->second.IsNull() ? it->first.Mark() : it->second.Mark();
+        ASSIGN_OR_RETURN(json v, Singular(it->second, value_field, Join(path, key), value_mark));
+        out[key] = std::move(v);
+      }
+      return std::optional<json>(std::move(out));
+    }
+    if (f->is_repeated()) {
+      if (node.IsNull()) return std::optional<json>();
+      if (!node.IsSequence()) {
+        return Error(where, path,
+                     absl::StrCat("expected a list ([a, b] or '- a' lines), got ", KindOf(node)));
+      }
+      json out = json::array();
+      for (size_t i = 0; i < node.size(); ++i) {
+        const YAML::Node item = node[i];
+        ASSIGN_OR_RETURN(json v, Singular(item, f, absl::StrCat(path, "[", i, "]"),
+                                          item.IsNull() ? where : item.Mark()));
+        out.push_back(std::move(v));
+      }
+      return std::optional<json>(std::move(out));
+    }
+    if (node.IsNull() && f->cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE) {
+      return std::optional<json>();
+    }
+    ASSIGN_OR_RETURN(json v, Singular(node, f, path, where));
+    return std::optional<json>(std::move(v));
+  }
+
+  absl::StatusOr<json> Singular(const YAML::Node& node, const FieldDescriptor* f,
+                                const std::string& path, const YAML::Mark& where) {
+    if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+      if (IsWellKnownType(f->message_type())) return YamlToJson(node);
+      return Message(node, f->message_type(), path, where);
+    }
+    if (!node.IsScalar() && !node.IsNull()) {
+      return Error(where, path, absl::StrCat("expected ", Expected(f), ", got ", KindOf(node)));
+    }
+    const std::string text = node.IsNull() ? "" : node.Scalar();
+    const std::optional<json> typed = TypedPlainScalar(text);
+    switch (f->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_STRING:
+        return json(text);
+      case FieldDescriptor::CPPTYPE_BOOL:
+        if (IsPlainScalar(node) && typed.has_value() && typed->is_boolean()) return *typed;
+        return Error(where, path, absl::StrCat("expected true or false, got '", text, "'"));
+      case FieldDescriptor::CPPTYPE_INT32:
+      case FieldDescriptor::CPPTYPE_INT64:
+      case FieldDescriptor::CPPTYPE_UINT32:
+      case FieldDescriptor::CPPTYPE_UINT64:
+        return Integer(typed, text, f, path, where);
+      case FieldDescriptor::CPPTYPE_DOUBLE:
+      case FieldDescriptor::CPPTYPE_FLOAT:
+        if (typed.has_value() && typed->is_number()) {
+          const double v = typed->get<double>();
+          if (std::isnan(v)) return json("NaN");
+          if (std::isinf(v)) return json(v > 0 ? "Infinity" : "-Infinity");
+          return json(v);
+        }
+        return Error(where, path, absl::StrCat("expected a number, got '", text, "'"));
+      case FieldDescriptor::CPPTYPE_ENUM:
+        return Enum(typed, text, f->enum_type(), path, where);
+      default:
+        return Error(where, path, "this field cannot be set from YAML");
+    }
+  }
+
+  absl::StatusOr<json> Integer(const std::optional<json>& typed, const std::string& text,
+                               const FieldDescriptor* f, const std::string& path,
+                               const YAML::Mark& where) {
+    const bool is_unsigned = f->cpp_type() == FieldDescriptor::CPPTYPE_UINT32 ||
+                             f->cpp_type() == FieldDescriptor::CPPTYPE_UINT64;
+    const bool is_32 = f->cpp_type() == FieldDescriptor::CPPTYPE_INT32 ||
+                       f->cpp_type() == FieldDescriptor::CPPTYPE_UINT32;
+    const double lo = is_unsigned ? 0.0
+                      : is_32     ? static_cast<double>(std::numeric_limits<int32_t>::min())
+                                  : static_cast<double>(std::numeric_limits<int64_t>::min());
+    const double hi = is_unsigned
+                          ? (is_32 ? static_cast<double>(std::numeric_limits<uint32_t>::max())
+                                   : static_cast<double>(std::numeric_limits<uint64_t>::max()))
+                      : is_32 ? static_cast<double>(std::numeric_limits<int32_t>::max())
+                              : static_cast<double>(std::numeric_limits<int64_t>::max());
+    if (typed.has_value() && typed->is_number_integer()) {
+      const double v = typed->is_number_unsigned() ? static_cast<double>(typed->get<uint64_t>())
+                                                   : static_cast<double>(typed->get<int64_t>());
+      if (v < lo || v > hi) {
+        return Error(
+            where, path,
+            absl::StrCat(text, " is out of range; expected an integer from ",
+                         absl::StrFormat("%.0f", lo), " to ", absl::StrFormat("%.0f", hi)));
+      }
+      return *typed;
+    }
+    if (typed.has_value() && typed->is_number_float()) {
+      const double v = typed->get<double>();
+      // 5e5 is a fine way to write an integer; 0.5 is not.
+      if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) <= 9007199254740992.0 && v >= lo &&
+          v <= hi) {
+        return json(static_cast<int64_t>(v));
+      }
+    }
+    return Error(where, path, absl::StrCat("expected an integer, got '", text, "'"));
+  }
+
+  absl::StatusOr<json> Enum(const std::optional<json>& typed, const std::string& text,
+                            const EnumDescriptor* e, const std::string& path,
+                            const YAML::Mark& where) {
+    const EnumValueDescriptor* v = e->FindValueByName(text);
+    if (v == nullptr) v = e->FindValueByName(absl::AsciiStrToUpper(text));
+    if (v == nullptr && typed.has_value() && typed->is_number_integer()) {
+      v = e->FindValueByNumber(typed->get<int>());
+    }
+    if (v != nullptr) return json(v->name());
+    std::vector<std::string> names;
+    for (int i = 0; i < e->value_count(); ++i) names.push_back(e->value(i)->name());
+    return Error(
+        where, path,
+        absl::StrCat("unknown value '", text, "'; expected one of ", absl::StrJoin(names, ", ")));
+  }
+
+  static std::string Expected(const FieldDescriptor* f) {
+    switch (f->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_STRING:
+        return "a string";
+      case FieldDescriptor::CPPTYPE_BOOL:
+        return "true or false";
+      case FieldDescriptor::CPPTYPE_DOUBLE:
+      case FieldDescriptor::CPPTYPE_FLOAT:
+        return "a number";
+      case FieldDescriptor::CPPTYPE_ENUM:
+        return "an enum name";
+      default:
+        return "an integer";
+    }
+  }
+
+  std::string source_;
+};
+
+// Resolves a relative path against `base_dir`; leaves empty and absolute paths alone.
+void Resolve(std::string* path, const std::filesystem::path& base_dir) {
+  if (path->empty() || base_dir.empty()) return;
+  const std::filesystem::path p(*path);
+  if (p.is_absolute()) return;
+  *path = (base_dir / p).lexically_normal().string();
+}
+
+}  // namespace
+
+absl::StatusOr<loom::v1::JobSpec> JobSpecFromYaml(absl::string_view yaml,
+                                                  absl::string_view source_name,
+                                                  const std::filesystem::path& base_dir) {
+  ASSIGN_OR_RETURN(YAML::Node root, ParseYamlDocument(yaml, source_name));
+  if (root.IsNull()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source_name,
+                     ": the job spec is empty; write at least 'resources:', "
+                     "'model:' and 'train:' (see the example in the user guide)"));
+  }
+  Converter converter(source_name);
+  ASSIGN_OR_RETURN(json tree,
+                   converter.Message(root, loom::v1::JobSpec::descriptor(), "", root.Mark()));
+  loom::v1::JobSpec spec;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  const auto status = google::protobuf::util::JsonStringToMessage(tree.dump(), &spec, options);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source_name, ": invalid job spec: ", status.ToString()));
+  }
+  Resolve(spec.mutable_data()->mutable_path(), base_dir);
+  Resolve(spec.mutable_data()->mutable_val_path(), base_dir);
+  Resolve(spec.mutable_checkpoint()->mutable_dir(), base_dir);
+  return spec;
+}
+
+absl::StatusOr<loom::v1::JobSpec> LoadJobSpecFile(const std::string& path) {
+  std::string text;
+  std::filesystem::path base_dir;
+  std::string source = path;
+  if (path == "-") {
+    source = "<stdin>";
+    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+    std::error_code ec;
+    base_dir = std::filesystem::current_path(ec);
+  } else {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+      return absl::NotFoundError(absl::StrCat("cannot read job spec '", path,
+                                              "': ", std::strerror(errno),
+                                              "; pass an existing YAML file with -f"));
+    }
+    std::ostringstream buf;
+    buf << in.rdbuf();
+    text = buf.str();
+    std::error_code ec;
+    base_dir = std::filesystem::absolute(path, ec).parent_path();
+  }
+  if (text.size() > kMaxSpecBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": the job spec is ", text.size(),
+                                                   " bytes; the limit is ", kMaxSpecBytes));
+  }
+  return JobSpecFromYaml(text, source, base_dir);
+}
+
+}  // namespace loom::client

@@ -1,0 +1,35 @@
+// The job spec as people write it: YAML whose keys are the proto's field names, in either the
+// JSON (lowerCamelCase) or the proto (snake_case) spelling. There is one schema, the proto:
+// the YAML tree is checked against the JobSpec descriptor (so that an unknown key or a wrong
+// type is reported with its key path and line), converted to JSON, and parsed by
+// google::protobuf::util::JsonStringToMessage.
+//
+// Typing: values of string fields (including `env` values) take the scalar's text as written,
+// so `env: {STEPS: 5}` and `name: 2024` work; numbers, booleans and enums must be what the field
+// expects. An empty value (`auto:`) of a message field means the empty message `{}`; an empty
+// value of a scalar field leaves the field unset.
+//
+// Errors are INVALID_ARGUMENT with "<file>:<line>:<column>: <key path>: <problem>; <fix>".
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "loom/v1/job.pb.h"
+
+namespace loom::client {
+
+// Converts YAML text to a JobSpec. `source_name` names the text in errors. When `base_dir` is
+// not empty, relative data.path, data.val_path and checkpoint.dir are resolved against it
+// (lexically; the files need not exist here, loomd checks them).
+absl::StatusOr<loom::v1::JobSpec> JobSpecFromYaml(absl::string_view yaml,
+                                                  absl::string_view source_name,
+                                                  const std::filesystem::path& base_dir);
+
+// Reads `path` ("-" reads standard input) and converts it; relative paths in the spec are
+// resolved against the file's directory (the working directory for standard input).
+absl::StatusOr<loom::v1::JobSpec> LoadJobSpecFile(const std::string& path);
+
+}  // namespace loom::client

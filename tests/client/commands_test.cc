@@ -1,0 +1,313 @@
+// loomctl commands against an in-process fake loomd (client/commands.h): what is sent, what
+// is printed, and the exit codes.
+#include "client/commands.h"
+
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "client/connection.h"
+#include "loom/v1/job.grpc.pb.h"
+#include "loom/v1/node.grpc.pb.h"
+
+namespace loom::client {
+namespace {
+
+using loom::v1::Job;
+using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
+
+// One scripted WatchJob call: updates to send, then the status to end with.
+struct WatchScript {
+  std::vector<Job> updates;
+  grpc::Status end = grpc::Status::OK;
+};
+
+class FakeJobs final : public loom::v1::JobService::Service {
+ public:
+  grpc::Status CreateJob(grpc::ServerContext*, const loom::v1::CreateJobRequest* request,
+                         Job* response) override {
+    std::lock_guard<std::mutex> lock(mu);
+    creates.push_back(*request);
+    if (!create_error.ok()) return create_error;
+    response->set_name("jobs/j1");
+    response->set_state(loom::v1::QUEUED);
+    return grpc::Status::OK;
+  }
+  grpc::Status GetJob(grpc::ServerContext*, const loom::v1::GetJobRequest* request,
+                      Job* response) override {
+    std::lock_guard<std::mutex> lock(mu);
+    gets.push_back(request->name());
+    if (request->name() != "jobs/j1") {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "jobs/" + request->name() + " not found");
+    }
+    *response = current;
+    return grpc::Status::OK;
+  }
+  grpc::Status ListJobs(grpc::ServerContext*, const loom::v1::ListJobsRequest* request,
+                        loom::v1::ListJobsResponse* response) override {
+    std::lock_guard<std::mutex> lock(mu);
+    lists.push_back(*request);
+    // Two pages of one job each.
+    Job* job = response->add_jobs();
+    if (request->page_token().empty()) {
+      job->set_name("jobs/a");
+      response->set_next_page_token("page2");
+    } else {
+      job->set_name("jobs/b");
+    }
+    return grpc::Status::OK;
+  }
+  grpc::Status CancelJob(grpc::ServerContext*, const loom::v1::CancelJobRequest* request,
+                         Job* response) override {
+    response->set_name(request->name());
+    response->set_state(loom::v1::CANCELLED);
+    return grpc::Status::OK;
+  }
+  grpc::Status WatchJob(grpc::ServerContext*, const loom::v1::WatchJobRequest* request,
+                        grpc::ServerWriter<loom::v1::JobUpdate>* writer) override {
+    WatchScript script;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (watches.empty()) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no such job");
+      script = watches.front();
+      watches.pop_front();
+    }
+    for (const Job& job : script.updates) {
+      loom::v1::JobUpdate update;
+      *update.mutable_job() = job;
+      writer->Write(update);
+    }
+    return script.end;
+  }
+  grpc::Status StreamJobLogs(grpc::ServerContext*, const loom::v1::StreamJobLogsRequest* request,
+                             grpc::ServerWriter<loom::v1::LogLine>* writer) override {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      log_requests.push_back(*request);
+    }
+    for (int rank = 0; rank < 2; ++rank) {
+      loom::v1::LogLine line;
+      line.set_rank(rank);
+      line.set_generation(1);
+      line.set_stream("stdout");
+      line.set_text("hello " + std::to_string(rank));
+      writer->Write(line);
+    }
+    return grpc::Status::OK;
+  }
+
+  std::mutex mu;
+  grpc::Status create_error = grpc::Status::OK;
+  std::vector<loom::v1::CreateJobRequest> creates;
+  std::vector<std::string> gets;
+  std::vector<loom::v1::ListJobsRequest> lists;
+  std::vector<loom::v1::StreamJobLogsRequest> log_requests;
+  std::deque<WatchScript> watches;
+  Job current;
+};
+
+class FakeNodes final : public loom::v1::NodeService::Service {
+ public:
+  grpc::Status ListNodes(grpc::ServerContext*, const loom::v1::ListNodesRequest*,
+                         loom::v1::ListNodesResponse* response) override {
+    auto* node = response->add_nodes();
+    node->set_name("nodes/w0");
+    node->set_state(loom::v1::NODE_STATE_READY);
+    return grpc::Status::OK;
+  }
+};
+
+Job MakeJob(loom::v1::JobState state, int64_t step) {
+  Job job;
+  job.set_name("jobs/j1");
+  job.set_state(state);
+  job.mutable_progress()->set_step(step);
+  job.mutable_progress()->set_total_steps(10);
+  job.mutable_progress()->set_loss(2.0);
+  if (state == loom::v1::FAILED) job.set_state_reason("rank 1 exited with code 3");
+  return job;
+}
+
+class CommandsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&jobs_);
+    builder.RegisterService(&nodes_);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    connection_ =
+        std::make_unique<Connection>("127.0.0.1:" + std::to_string(port), absl::Seconds(5));
+    ctx_.connection = connection_.get();
+    ctx_.out = &out_;
+    ctx_.err = &err_;
+    ctx_.follow.retry_initial = absl::Milliseconds(1);
+    ctx_.follow.reconnect_window = absl::Seconds(5);
+    dir_ = std::filesystem::path(::testing::TempDir()) /
+           ("commands_test_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override {
+    server_->Shutdown();
+    std::filesystem::remove_all(dir_);
+  }
+
+  std::string WriteSpec(const std::string& yaml) {
+    const std::string path = (dir_ / "job.yaml").string();
+    std::ofstream(path) << yaml;
+    return path;
+  }
+
+  FakeJobs jobs_;
+  FakeNodes nodes_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<Connection> connection_;
+  std::ostringstream out_, err_;
+  CommandContext ctx_;
+  std::filesystem::path dir_;
+};
+
+TEST_F(CommandsTest, SubmitSendsTheSpecAndAFreshRequestId) {
+  const std::string file = WriteSpec("resources: {cpu_devices: 2}\ndata: {path: t.bin}\n");
+  EXPECT_EQ(RunSubmit(ctx_, {.file = file}), 0);
+  EXPECT_EQ(RunSubmit(ctx_, {.file = file}), 0);
+  EXPECT_EQ(RunSubmit(ctx_, {.file = file, .request_id = "mine"}), 0);
+  EXPECT_EQ(out_.str(), "jobs/j1\njobs/j1\njobs/j1\n");
+  ASSERT_EQ(jobs_.creates.size(), 3u);
+  EXPECT_THAT(jobs_.creates[0].request_id(), MatchesRegex("[0-9a-f]{32}"));
+  EXPECT_NE(jobs_.creates[0].request_id(), jobs_.creates[1].request_id());
+  EXPECT_EQ(jobs_.creates[2].request_id(), "mine");
+  EXPECT_EQ(jobs_.creates[0].spec().resources().cpu_devices(), 2);
+  EXPECT_EQ(jobs_.creates[0].spec().data().path(), (dir_ / "t.bin").string());
+}
+
+TEST_F(CommandsTest, BadYamlIsExit2AndNothingIsSent) {
+  const std::string file = WriteSpec("resources: {cpu_devices: 2\n");
+  EXPECT_EQ(RunSubmit(ctx_, {.file = file}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("job.yaml:2:1: YAML syntax error"));
+  EXPECT_TRUE(jobs_.creates.empty());
+}
+
+TEST_F(CommandsTest, ServerRejectionIsExit2WithTheServersMessage) {
+  jobs_.create_error = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                    "resources.cpu_devices: must be > 0; ask for at least one");
+  EXPECT_EQ(RunSubmit(ctx_, {.file = WriteSpec("name: x\n")}), 2);
+  EXPECT_EQ(err_.str(), "loomctl: resources.cpu_devices: must be > 0; ask for at least one\n");
+}
+
+TEST_F(CommandsTest, UnreachableServerIsExit3NamingTheAddress) {
+  server_->Shutdown();
+  Connection dead("127.0.0.1:1", absl::Seconds(5));
+  ctx_.connection = &dead;
+  EXPECT_EQ(RunNodes(ctx_), 3);
+  EXPECT_THAT(err_.str(), HasSubstr("cannot reach loomd at 127.0.0.1:1"));
+  EXPECT_EQ(RunWatch(ctx_, "j1"), 3);
+}
+
+TEST_F(CommandsTest, SubmitWaitFollowsToFailureAndExits1) {
+  jobs_.watches.push_back({{MakeJob(loom::v1::RUNNING, 1), MakeJob(loom::v1::RUNNING, 2),
+                            MakeJob(loom::v1::FAILED, 2)}});
+  EXPECT_EQ(RunSubmit(ctx_, {.file = WriteSpec("name: x\n"), .wait = true}), 1);
+  EXPECT_EQ(out_.str(),
+            "jobs/j1\n"
+            "jobs/j1 RUNNING  step 1/10 (10%)  loss 2.0000\n"
+            "jobs/j1 RUNNING  step 2/10 (20%)  loss 2.0000\n"
+            "jobs/j1 FAILED  step 2/10 (20%)  loss 2.0000\n"
+            "jobs/j1 FAILED: rank 1 exited with code 3\n");
+}
+
+TEST_F(CommandsTest, WatchOnATerminalRedrawsInPlace) {
+  ctx_.out_is_tty = true;
+  jobs_.watches.push_back({{MakeJob(loom::v1::RUNNING, 1), MakeJob(loom::v1::SUCCEEDED, 10)}});
+  EXPECT_EQ(RunWatch(ctx_, "jobs/j1"), 0);
+  EXPECT_EQ(out_.str(),
+            "\rjobs/j1 RUNNING  step 1/10 (10%)  loss 2.0000\x1b[K"
+            "\rjobs/j1 SUCCEEDED  step 10/10 (100%)  loss 2.0000\x1b[K\n"
+            "jobs/j1 SUCCEEDED (10 steps, final loss 2.0000)\n");
+}
+
+TEST_F(CommandsTest, WatchSurvivesABrokenStream) {
+  jobs_.watches.push_back(
+      {{MakeJob(loom::v1::RUNNING, 1)}, grpc::Status(grpc::StatusCode::UNAVAILABLE, "restart")});
+  jobs_.watches.push_back({{MakeJob(loom::v1::CANCELLED, 3)}});
+  jobs_.current = MakeJob(loom::v1::RUNNING, 2);
+  EXPECT_EQ(RunWatch(ctx_, "j1"), 1);
+  EXPECT_THAT(out_.str(), HasSubstr("jobs/j1 RUNNING  step 2/10"));  // from the GetJob
+  EXPECT_THAT(out_.str(), HasSubstr("jobs/j1 CANCELLED"));
+}
+
+TEST_F(CommandsTest, WatchJsonKeepsStdoutOneDocument) {
+  ctx_.format = OutputFormat::kJson;
+  jobs_.watches.push_back({{MakeJob(loom::v1::RUNNING, 1), MakeJob(loom::v1::SUCCEEDED, 10)}});
+  EXPECT_EQ(RunWatch(ctx_, "j1"), 0);
+  const nlohmann::json j = nlohmann::json::parse(out_.str());
+  EXPECT_EQ(j["state"], "SUCCEEDED");
+  EXPECT_THAT(err_.str(), HasSubstr("jobs/j1 RUNNING  step 1/10"));
+}
+
+TEST_F(CommandsTest, GetUnknownJobIsExit2) {
+  EXPECT_EQ(RunGet(ctx_, "nope", false), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("not found"));
+  EXPECT_EQ(RunGet(ctx_, "nodes/x", false), 2);
+  EXPECT_EQ(jobs_.gets.size(), 1u);  // the bad name never reached the server
+}
+
+TEST_F(CommandsTest, GetWaitExitsByTheFinalState) {
+  jobs_.watches.push_back({{MakeJob(loom::v1::FAILED, 2)}});
+  jobs_.current = MakeJob(loom::v1::FAILED, 2);
+  EXPECT_EQ(RunGet(ctx_, "j1", true), 1);
+  EXPECT_THAT(out_.str(), HasSubstr("State:       FAILED (rank 1 exited with code 3)"));
+  jobs_.current = MakeJob(loom::v1::RUNNING, 2);
+  EXPECT_EQ(RunGet(ctx_, "j1", false), 0);
+}
+
+TEST_F(CommandsTest, ListFollowsPagesAndFiltersByState) {
+  EXPECT_EQ(RunList(ctx_, "running"), 0);
+  ASSERT_EQ(jobs_.lists.size(), 2u);
+  EXPECT_EQ(jobs_.lists[0].state(), loom::v1::RUNNING);
+  EXPECT_EQ(jobs_.lists[1].page_token(), "page2");
+  EXPECT_THAT(out_.str(), HasSubstr("jobs/a"));
+  EXPECT_THAT(out_.str(), HasSubstr("jobs/b"));
+
+  EXPECT_EQ(RunList(ctx_, "sleeping"), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("--state: unknown job state 'sleeping'; use one of queued"));
+}
+
+TEST_F(CommandsTest, LogsPassRankAndPrintPerRank) {
+  EXPECT_EQ(RunLogs(ctx_, {.job = "j1", .follow = true, .rank = 1}), 0);
+  ASSERT_EQ(jobs_.log_requests.size(), 1u);
+  EXPECT_TRUE(jobs_.log_requests[0].has_rank());
+  EXPECT_EQ(jobs_.log_requests[0].rank(), 1);
+  EXPECT_TRUE(jobs_.log_requests[0].follow());
+  EXPECT_EQ(out_.str(), "[gen 1 rank 0] hello 0\n[gen 1 rank 1] hello 1\n");
+
+  EXPECT_EQ(RunLogs(ctx_, {.job = "j1"}), 0);
+  EXPECT_FALSE(jobs_.log_requests[1].has_rank());
+  EXPECT_EQ(RunLogs(ctx_, {.job = "j1", .rank = -1}), 2);
+}
+
+TEST_F(CommandsTest, CancelAndNodes) {
+  EXPECT_EQ(RunCancel(ctx_, "j1"), 0);
+  EXPECT_EQ(out_.str(), "jobs/j1 CANCELLED\n");
+  out_.str("");
+  ctx_.format = OutputFormat::kJson;
+  EXPECT_EQ(RunNodes(ctx_), 0);
+  const nlohmann::json j = nlohmann::json::parse(out_.str());
+  EXPECT_EQ(j["nodes"][0]["name"], "nodes/w0");
+  EXPECT_EQ(j["nodes"][0]["state"], "NODE_STATE_READY");
+}
+
+}  // namespace
+}  // namespace loom::client

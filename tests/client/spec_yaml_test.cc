@@ -1,0 +1,219 @@
+// YAML job specs -> JobSpec through the protobuf JSON mapping (client/spec_yaml.h).
+#include "client/spec_yaml.h"
+
+#include <gmock/gmock.h>
+#include <google/protobuf/util/message_differencer.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace loom::client {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The example of DESIGN.md, verbatim.
+constexpr char kDesignExample[] = R"(name: gpt2-small-demo
+model: {preset: gpt2-124m}          # or layers/hidden/heads/seq_len/vocab
+data: {path: data/train.bin}        # token file; or builtin: tiny-corpus
+train: {steps: 2000, global_batch_tokens: 524288, lr: 6.0e-4, precision: bf16}
+resources: {gpus: 8}
+parallelism: {auto: {}}             # or {data: 2, tensor: 2, pipeline: 2, micro_batch: 4}
+checkpoint: {every_steps: 200}
+restart: {max_restarts: 3}
+)";
+
+TEST(SpecYamlTest, DesignExampleConverts) {
+  auto spec = JobSpecFromYaml(kDesignExample, "job.yaml", "/srv/jobs");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name(), "gpt2-small-demo");
+  EXPECT_EQ(spec->model().preset(), "gpt2-124m");
+  EXPECT_EQ(spec->data().path(), "/srv/jobs/data/train.bin");
+  EXPECT_EQ(spec->train().steps(), 2000);
+  EXPECT_EQ(spec->train().global_batch_tokens(), 524288);
+  EXPECT_DOUBLE_EQ(spec->train().lr(), 6.0e-4);
+  EXPECT_EQ(spec->train().precision(), "bf16");
+  EXPECT_EQ(spec->resources().gpus(), 8);
+  EXPECT_TRUE(spec->parallelism().has_auto_());  // `{}` stays an (empty, present) message
+  EXPECT_EQ(spec->checkpoint().every_steps(), 200);
+  EXPECT_EQ(spec->restart().max_restarts(), 3);
+}
+
+TEST(SpecYamlTest, BlockStyleEqualsFlowStyle) {
+  constexpr char kBlock[] = R"(
+name: demo
+model:
+  layers: 2
+  hidden: 64
+  heads: 4
+  seq_len: 64
+  vocab: 256
+data:
+  builtin: tiny-corpus
+train:
+  steps: 10
+  lr: 0.001
+resources:
+  cpu_devices: 4
+parallelism:
+  data: 2
+  tensor: 2
+  pipeline: 1
+  micro_batch: 4
+env:
+  FOO: bar
+  STEPS: 5
+)";
+  constexpr char kFlow[] =
+      "{name: demo, model: {layers: 2, hidden: 64, heads: 4, seq_len: 64, vocab: 256},"
+      " data: {builtin: tiny-corpus}, train: {steps: 10, lr: 0.001},"
+      " resources: {cpu_devices: 4},"
+      " parallelism: {data: 2, tensor: 2, pipeline: 1, micro_batch: 4},"
+      " env: {FOO: bar, STEPS: 5}}";
+  auto block = JobSpecFromYaml(kBlock, "block.yaml", "");
+  auto flow = JobSpecFromYaml(kFlow, "flow.yaml", "");
+  ASSERT_TRUE(block.ok()) << block.status();
+  ASSERT_TRUE(flow.ok()) << flow.status();
+  // Maps serialise in no fixed order: compare field by field.
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*block, *flow));
+  EXPECT_EQ(block->model().seq_len(), 64);
+  EXPECT_EQ(block->parallelism().tensor(), 2);
+  EXPECT_FALSE(block->parallelism().has_auto_());
+  // A number written for a string field (env values are strings) keeps its text.
+  EXPECT_EQ(block->env().at("STEPS"), "5");
+  EXPECT_EQ(block->env().at("FOO"), "bar");
+}
+
+TEST(SpecYamlTest, CamelCaseAndSnakeCaseKeysAreTheSameField) {
+  auto snake = JobSpecFromYaml(
+      "train: {steps: 3, global_batch_tokens: 4096, warmup_steps: 2}\n"
+      "resources: {cpu_devices: 2}\nrestart: {max_restarts: 1, backoff_seconds: 0.5}\n",
+      "a.yaml", "");
+  auto camel = JobSpecFromYaml(
+      "train: {steps: 3, globalBatchTokens: 4096, warmupSteps: 2}\n"
+      "resources: {cpuDevices: 2}\nrestart: {maxRestarts: 1, backoffSeconds: 0.5}\n",
+      "b.yaml", "");
+  ASSERT_TRUE(snake.ok()) << snake.status();
+  ASSERT_TRUE(camel.ok()) << camel.status();
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*snake, *camel));
+  EXPECT_EQ(camel->train().global_batch_tokens(), 4096);
+  EXPECT_EQ(camel->resources().cpu_devices(), 2);
+  EXPECT_DOUBLE_EQ(camel->restart().backoff_seconds(), 0.5);
+}
+
+TEST(SpecYamlTest, BothSpellingsOfOneKeyAreRejected) {
+  auto spec = JobSpecFromYaml("train:\n  warmup_steps: 1\n  warmupSteps: 2\n", "x.yaml", "");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(std::string(spec.status().message()),
+              HasSubstr("x.yaml:3:3: train.warmupSteps: given twice"));
+  EXPECT_THAT(std::string(spec.status().message()), HasSubstr("line 2"));
+}
+
+TEST(SpecYamlTest, UnknownKeyNamesPathLineAndSuggestion) {
+  auto spec = JobSpecFromYaml("name: x\nmodel:\n  presett: tiny\n", "job.yaml", "");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(spec.status().message()),
+              HasSubstr("job.yaml:3:3: model.presett: unknown key"));
+  EXPECT_THAT(std::string(spec.status().message()), HasSubstr("did you mean 'preset'"));
+  EXPECT_THAT(std::string(spec.status().message()), HasSubstr("preset, layers, hidden"));
+}
+
+TEST(SpecYamlTest, UnknownTopLevelKeyInFlowStyle) {
+  auto spec = JobSpecFromYaml("{name: x, gpus: 4}", "job.yaml", "");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(std::string(spec.status().message()), HasSubstr("job.yaml:1:11: gpus: unknown key"));
+}
+
+TEST(SpecYamlTest, WrongTypesNameTheKeyAndLine) {
+  struct Case {
+    const char* yaml;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {"train:\n  steps: many\n", "job.yaml:2:10: train.steps: expected an integer, got 'many'"},
+      {"train:\n  steps: 1.5\n", "train.steps: expected an integer, got '1.5'"},
+      {"train: {lr: fast}\n", "job.yaml:1:13: train.lr: expected a number, got 'fast'"},
+      {"resources: {gpus: 99999999999}\n", "resources.gpus: 99999999999 is out of range"},
+      {"model: tiny\n", "job.yaml:1:8: model: expected a mapping of ModelSpec fields"},
+      {"model: {preset: [a, b]}\n", "model.preset: expected a string, got a list"},
+      {"env: [A, B]\n", "env: expected a mapping"},
+      {"- a\n- b\n", "a job spec must be a YAML mapping"},
+  };
+  for (const Case& c : cases) {
+    auto spec = JobSpecFromYaml(c.yaml, "job.yaml", "");
+    ASSERT_FALSE(spec.ok()) << c.yaml;
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(spec.status().message()), HasSubstr(c.expected)) << c.yaml;
+  }
+}
+
+TEST(SpecYamlTest, IntegersWrittenAsExponentsAreAccepted) {
+  auto spec = JobSpecFromYaml("train: {steps: 1e3, global_batch_tokens: '4096'}\n", "j", "");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->train().steps(), 1000);
+  EXPECT_EQ(spec->train().global_batch_tokens(), 4096);
+}
+
+TEST(SpecYamlTest, SyntaxErrorNamesLineAndColumn) {
+  auto spec = JobSpecFromYaml("name: x\nmodel: {preset: tiny\ntrain: {steps: 1}\n", "job.yaml", "");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(spec.status().message()), HasSubstr("YAML syntax error"));
+  EXPECT_THAT(std::string(spec.status().message()),
+              ::testing::MatchesRegex("job\\.yaml:[0-9]+:[0-9]+: .*"));
+
+  spec = JobSpecFromYaml("a: b: c\n", "job.yaml", "");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(std::string(spec.status().message()), HasSubstr("job.yaml:1:5: YAML syntax error"));
+}
+
+TEST(SpecYamlTest, EmptyAndMultiDocumentInputsAreRejected) {
+  auto spec = JobSpecFromYaml("# nothing\n", "job.yaml", "");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(std::string(spec.status().message()), HasSubstr("job.yaml: the job spec is empty"));
+  spec = JobSpecFromYaml("name: a\n---\nname: b\n", "job.yaml", "");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(std::string(spec.status().message()), HasSubstr("expected one YAML document"));
+}
+
+TEST(SpecYamlTest, RelativePathsResolveAgainstTheSpecDirectory) {
+  auto spec = JobSpecFromYaml(
+      "data: {path: ../tokens/train.bin, val_path: /abs/val.bin}\ncheckpoint: {dir: ckpt}\n",
+      "job.yaml", "/home/u/exp");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->data().path(), "/home/u/tokens/train.bin");
+  EXPECT_EQ(spec->data().val_path(), "/abs/val.bin");
+  EXPECT_EQ(spec->checkpoint().dir(), "/home/u/exp/ckpt");
+}
+
+TEST(SpecYamlTest, LoadJobSpecFileUsesTheFileDirectory) {
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / "spec_yaml_test_dir";
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path file = dir / "job.yaml";
+  {
+    std::ofstream out(file);
+    out << "data: {path: train.bin}\nresources: {cpu_devices: 1}\n";
+  }
+  auto spec = LoadJobSpecFile(file.string());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->data().path(), (dir / "train.bin").lexically_normal().string());
+
+  auto missing = LoadJobSpecFile((dir / "nope.yaml").string());
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("nope.yaml"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(SpecYamlTest, EmptyValueOfAMessageFieldMeansPresent) {
+  auto spec = JobSpecFromYaml("parallelism:\n  auto:\nname:\n", "job.yaml", "");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->parallelism().has_auto_());
+  EXPECT_EQ(spec->name(), "");
+}
+
+}  // namespace
+}  // namespace loom::client
