@@ -9,6 +9,9 @@ if [ -z "${CUDACXX:-}" ] && ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local
 fi
 launcher=()
 if command -v ccache >/dev/null 2>&1; then
+  # Paths inside the tree are hashed relative to it, so another clone of the project hits the
+  # same cache entries (the cache is keyed by content, so this stays correct).
+  export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 fi
 jobs=${LOOM_BUILD_JOBS:-$(nproc)}

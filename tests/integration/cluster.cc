@@ -294,7 +294,8 @@ Cluster::Cluster(ClusterOptions options) : options_(options) {
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   const char* env_bin = std::getenv("LOOM_TEST_BIN_DIR");
   bin_dir_ = (env_bin != nullptr && env_bin[0] != '\0') ? env_bin : LOOM_TEST_BIN_DIR;
-  test_rank_path_ = ExeDir() + "/test_rank";
+  test_rank_path_ = options_.rank_program.empty() ? ExeDir() + "/test_rank"
+                                                 : bin_dir_ + "/" + options_.rank_program;
 }
 
 Cluster::~Cluster() { Shutdown(); }
@@ -315,7 +316,7 @@ absl::Status Cluster::Start() {
     if (access(bin.c_str(), X_OK) != 0) {
       return absl::FailedPreconditionError(
           absl::StrCat(bin, " is missing; build the targets loomd, loom-worker, loomctl and ",
-                       "test_rank (or set LOOM_TEST_BIN_DIR)"));
+                       "the rank program (or set LOOM_TEST_BIN_DIR)"));
     }
   }
   if (absl::Status s = StartLoomd(0); !s.ok()) return s;

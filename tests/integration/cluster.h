@@ -84,6 +84,9 @@ struct ClusterOptions {
   int heartbeat_interval_ms = 200;
   int node_timeout_ms = 2000;
   int stop_grace_ms = 2000;
+  // The workers' --rank-program: a binary name in the build's bin/ directory (e.g. "loom-train"),
+  // or empty for test_rank next to the test binary.
+  std::string rank_program;
 };
 
 class Cluster {
