@@ -156,8 +156,13 @@ TEST(CliTest, BadInputExitsTwoWithAOneLineMessage) {
   expect_bad("", "--spec typo.yaml", "typo.yaml: train.learning_rate: unknown key");
   expect_bad("", "--spec missing.yaml", "missing.yaml: cannot open");
   expect_bad("", "--preset tiny " + flags + " --seq-len 65", "train.seq_len: expected 1..64");
+  expect_bad("LOOM_LAYOUT=data=1,tensor=2,pipeline=1,micro_batch=1,num_micro_batches=1",
+             "--preset tiny " + flags, "LOOM_LAYOUT: tensor and pipeline must be 1");
   expect_bad("LOOM_LAYOUT=data=2,tensor=1,pipeline=1,micro_batch=1,num_micro_batches=1",
-             "--preset tiny " + flags, "LOOM_LAYOUT: data, tensor and pipeline must be 1");
+             "--preset tiny " + flags, "LOOM_LAYOUT: data*tensor*pipeline = 2 but LOOM_WORLD_SIZE = 1");
+  expect_bad("LOOM_WORLD_SIZE=2 LOOM_RANK=0 "
+             "LOOM_LAYOUT=data=2,tensor=1,pipeline=1,micro_batch=1,num_micro_batches=2",
+             "--preset tiny " + flags + " --global-batch-tokens 64", "LOOM_WORLD_SIZE: 2 ranks need");
   WriteText(dir / "tokens.bin", std::string(1024, '\0'));
   expect_bad("", "--preset tiny --data tokens.bin --steps 2", "tokens.bin: bad magic 0");
 

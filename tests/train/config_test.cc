@@ -278,9 +278,24 @@ TEST(LayoutTest, ParsesAndRefusesParallelismForNow) {
   EXPECT_EQ(s.T, 32);
   EXPECT_EQ(s.tokens_per_step(), 256);
 
+  // Data parallel: each of 2 ranks runs half the sequences; rank 1 is dp rank 1.
   env.layout = ParseLayout("data=2,tensor=1,pipeline=1,micro_batch=2,num_micro_batches=2");
+  env.world_size = 2;
+  env.rank = 1;
+  s = ResolveBatchShape(c, env);
+  EXPECT_EQ(s.B, 2);
+  EXPECT_EQ(s.K, 2);
+  EXPECT_EQ(s.dp_size, 2);
+  EXPECT_EQ(s.dp_rank, 1);
+  EXPECT_EQ(s.tokens_per_step(), 256);
+  env.world_size = 4;  // the layout must cover the world
   EXPECT_THAT(ErrorOf([&] { ResolveBatchShape(c, env); }),
-              HasSubstr("LOOM_LAYOUT: data, tensor and pipeline must be 1"));
+              HasSubstr("LOOM_LAYOUT: data*tensor*pipeline = 2 but LOOM_WORLD_SIZE = 4"));
+  env.layout = ParseLayout("data=1,tensor=2,pipeline=2,micro_batch=4,num_micro_batches=2");
+  EXPECT_THAT(ErrorOf([&] { ResolveBatchShape(c, env); }),
+              HasSubstr("LOOM_LAYOUT: tensor and pipeline must be 1"));
+  env.world_size = 1;
+  env.rank = 0;
   env.layout = ParseLayout("data=1,tensor=1,pipeline=1,micro_batch=4,num_micro_batches=1");
   EXPECT_THAT(ErrorOf([&] { ResolveBatchShape(c, env); }),
               HasSubstr("but train.global_batch_tokens = 256"));

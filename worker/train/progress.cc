@@ -18,6 +18,8 @@ std::string Progress::StepJson(const StepResult& r) const {
   for (int p = 0; p < static_cast<int>(Phase::kCount); ++p) {
     phases.Add(PhaseName(static_cast<Phase>(p)), r.times.seconds[p]);
   }
+  JsonObject comm_bytes;  // bytes moved per collective kind
+  comm_bytes.Add("all_reduce", static_cast<uint64_t>(r.allreduce_bytes));
   JsonObject o;
   o.Add("event", "step")
       .Add("rank", rank_)
@@ -29,6 +31,7 @@ std::string Progress::StepJson(const StepResult& r) const {
       .Add("tokens_per_second", r.times.tokens_per_second)
       .Add("step_seconds", r.times.step_seconds)
       .AddRaw("phases", phases.str())
+      .AddRaw("comm_bytes", comm_bytes.str())
       .Add("memory_bytes", static_cast<uint64_t>(r.memory_bytes))
       .Add("peak_memory_bytes", static_cast<uint64_t>(r.peak_memory_bytes))
       .Add("rss_bytes", static_cast<uint64_t>(r.rss_bytes));

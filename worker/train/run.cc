@@ -2,11 +2,18 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
 #include <optional>
 
 #include "worker/train/checkpoint/checkpoint.h"
 #include "worker/train/checkpoint/llmc.h"
+#include "worker/train/comm/bootstrap.h"
+#include "worker/train/comm/communicator.h"
 #include "worker/train/config/flags.h"
 #include "worker/train/config/job_config.h"
 #include "worker/train/config/rank_env.h"
@@ -46,6 +53,31 @@ JobConfig LoadConfig(const Flags& flags, const RankEnv& env) {
   return JobConfigFromValue(merged, source.empty() ? "flags" : source);
 }
 
+// The world communicator of this rank (DESIGN.md, "Communication"). With tensor = pipeline = 1
+// the world is the data-parallel group.
+std::unique_ptr<Communicator> ConnectRanks(const Flags& flags, const RankEnv& env,
+                                           const std::function<const char*(const char*)>& getenv) {
+  RendezvousConfig rc;
+  rc.job = env.job;
+  rc.generation = env.generation;
+  rc.rank = env.rank;
+  rc.world_size = env.world_size;
+  const char* dir = getenv("LOOM_RENDEZVOUS_DIR");
+  rc.store_dir = !flags.rendezvous_dir.empty() ? flags.rendezvous_dir : dir ? dir : "";
+  const char* service = getenv("LOOM_RENDEZVOUS");
+  rc.service = service ? service : "";
+  if (const char* t = getenv("LOOM_COMM_TIMEOUT_S"); t != nullptr && *t != '\0') {
+    char* end = nullptr;
+    double seconds = std::strtod(t, &end);
+    if (*end != '\0' || !(seconds > 0.0) || seconds > 86400.0) {
+      throw BadInput("LOOM_COMM_TIMEOUT_S", std::string("expected seconds in (0, 86400], got \"") +
+                                                t + "\"");
+    }
+    rc.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000.0)));
+  }
+  return ConnectWorld(rc);
+}
+
 int Run(const std::vector<std::string>& args,
         const std::function<const char*(const char*)>& getenv) {
   Flags flags = ParseFlags(args);
@@ -68,7 +100,10 @@ int Run(const std::vector<std::string>& args,
 
   Dataset data = Dataset::Load(config.data_path, config.data_builtin, config.val_path,
                                config.model.vocab, config.seq_len);
-  Trainer trainer(config, shape, data);
+  std::unique_ptr<Communicator> world = ConnectRanks(flags, env, getenv);  // outlives trainer
+  const size_t bucket_bytes =
+      std::max<size_t>(sizeof(float), static_cast<size_t>(flags.dp_bucket_mb * 1048576.0));
+  Trainer trainer(config, shape, data, world.get(), bucket_bytes);
   if (!flags.init_from_llmc.empty()) ImportLlmc(flags.init_from_llmc, &trainer.model());
   std::optional<std::string> resume;
   if (!checkpoint_dir.empty()) resume = FindLatestCheckpoint(checkpoint_dir);
@@ -89,6 +124,12 @@ int Run(const std::vector<std::string>& args,
       config.preset.empty() ? "model" : config.preset.c_str(), DimsString(config.model).c_str(),
       trainer.model().num_params(), static_cast<long long>(config.steps), shape.K, shape.B, shape.T,
       config.lr, checkpoint_dir.empty() ? ", no checkpoint dir" : "");
+  if (shape.dp_size > 1) {
+    std::fprintf(stderr, "loom-train: rank %d of %d, data parallel %d, %zu gradient buckets\n",
+                 env.rank, env.world_size, shape.dp_size, trainer.num_buckets());
+  }
+  // Every dp rank holds the same state; dp rank 0 alone writes checkpoints.
+  const bool writes_checkpoints = !checkpoint_dir.empty() && shape.dp_rank == 0;
 
   Progress progress(env.rank, config.steps, env.progress_fd, ::isatty(2) == 1 && !flags.quiet);
   while (trainer.step() < config.steps) {
@@ -99,11 +140,11 @@ int Run(const std::vector<std::string>& args,
       progress.Eval(r.step, trainer.Evaluate());
     }
     const bool periodic = config.checkpoint_every > 0 && r.step % config.checkpoint_every == 0;
-    if (!checkpoint_dir.empty() && (periodic || last)) {
+    if (writes_checkpoints && (periodic || last)) {
       progress.Checkpoint(r.step, trainer.Save(checkpoint_dir, env.generation));
     }
   }
-  if (!flags.export_llmc.empty()) {
+  if (!flags.export_llmc.empty() && shape.dp_rank == 0) {
     ExportLlmc(flags.export_llmc, trainer.model());
     std::fprintf(stderr, "loom-train: wrote %s\n", flags.export_llmc.c_str());
   }
@@ -121,6 +162,10 @@ int RunLoomTrain(const std::vector<std::string>& args,
     return kExitBadInput;
   } catch (const IoError& e) {
     std::fprintf(stderr, "loom-train: %s\n", e.what());
+    return kExitCrash;
+  } catch (const CommError& e) {
+    // A peer died or timed out: a crash, so that loomd restarts the gang.
+    std::fprintf(stderr, "loom-train: communication: %s\n", e.what());
     return kExitCrash;
   }
 }

@@ -20,11 +20,11 @@ LrSchedule ScheduleFrom(const JobConfig& c) {
 }  // namespace
 
 Trainer::Trainer(const JobConfig& config, const BatchShape& shape, const Dataset& data,
-                 GradientReducer* reducer)
+                 Communicator* dp, size_t bucket_bytes)
     : config_(config),
       shape_(shape),
       data_(data),
-      reducer_(reducer ? reducer : &single_rank_),
+      dp_(dp),
       model_(config.model),
       optimizer_(model_.num_params(), AdamFrom(config)),
       schedule_(ScheduleFrom(config)),
@@ -33,12 +33,21 @@ Trainer::Trainer(const JobConfig& config, const BatchShape& shape, const Dataset
       inputs_(static_cast<size_t>(shape.B) * shape.T),
       targets_(static_cast<size_t>(shape.B) * shape.T) {
   model_.InitWeights(config.seed);
+  if (dp_ != nullptr) {
+    LOOM_CHECK(dp_->size() == shape.dp_size && dp_->rank() == shape.dp_rank,
+               "the data-parallel communicator does not match the batch shape's dp rank/size");
+  }
+  if (dp_ != nullptr && dp_->size() > 1) {
+    buckets_ = std::make_unique<GradBuckets>(model_.tensors(), config.model.layers, bucket_bytes,
+                                             dp_);
+  }
 }
 
 StepResult Trainer::Step() {
   const int B = shape_.B, T = shape_.T, K = shape_.K;
   profiler_.BeginStep();
   model_.ZeroGrad();
+  if (buckets_) buckets_->Begin(model_.grads());
   double loss_sum = 0.0;
   for (int micro = 0; micro < K; ++micro) {
     profiler_.Enter(Phase::kData);
@@ -46,17 +55,31 @@ StepResult Trainer::Step() {
     profiler_.Enter(Phase::kForward);
     loss_sum += model_.Forward(inputs_.data(), targets_.data(), B, T);
     profiler_.Enter(Phase::kBackward);
-    model_.Backward(1.0f / K);  // the step's loss is the mean over its K micro-batches
+    // The step's loss is the mean over its K micro-batches. Only the last micro-batch's
+    // backward launches buckets: accumulation communicates once per step.
+    GPT::GradReadyFn ready;
+    if (buckets_ && micro == K - 1) ready = [this](int stage) { buckets_->StageReady(stage); };
+    model_.Backward(1.0f / K, ready);
+  }
+  float loss = static_cast<float>(loss_sum / K);
+  StepResult r;
+  if (buckets_) {
+    // The loss travels last, behind the gradient buckets: the mean over dp of the ranks' means
+    // is the global batch's mean (every rank has the same K * B sequences).
+    float loss_mean = loss;
+    WorkHandle loss_work = dp_->AllReduceSum(&loss_mean, 1);
+    profiler_.Enter(Phase::kCommExposed);
+    buckets_->Finish();
+    loss_work->Wait();
+    loss = loss_mean / static_cast<float>(dp_->size());
+    r.allreduce_bytes = buckets_->bytes_per_step() + sizeof(float);
   }
   profiler_.Enter(Phase::kOptimizer);
-  reducer_->AllReduceMean(model_.grads(), model_.num_params());
-  const float loss = static_cast<float>(loss_sum / K);
   if (!std::isfinite(loss)) {
     throw BadInput("train.lr", "the loss became " + std::to_string(loss) + " at step " +
                                    std::to_string(step_ + 1) +
                                    ": training diverged (lower the learning rate)");
   }
-  StepResult r;
   r.grad_norm = GradNorm(model_.grads(), model_.tensors());
   ClipGradients(model_.grads(), model_.num_params(), r.grad_norm, config_.grad_clip);
   r.lr = LearningRate(schedule_, step_);

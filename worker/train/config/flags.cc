@@ -1,5 +1,6 @@
 #include "worker/train/config/flags.h"
 
+#include <cstdlib>
 #include <string_view>
 
 #include "worker/train/error.h"
@@ -100,6 +101,15 @@ Flags ParseFlags(const std::vector<std::string>& args) {
       flags.checkpoint_dir = value;
     } else if (arg == "--export-llmc") {
       flags.export_llmc = value;
+    } else if (arg == "--rendezvous-dir") {
+      flags.rendezvous_dir = value;
+    } else if (arg == "--dp-bucket-mb") {
+      char* end = nullptr;
+      flags.dp_bucket_mb = std::strtod(value.c_str(), &end);
+      if (value.empty() || *end != '\0' || !(flags.dp_bucket_mb > 0.0) ||
+          flags.dp_bucket_mb > 1e6) {
+        throw BadInput(arg, "expected a size in MiB > 0, got \"" + value + "\"");
+      }
     } else if (arg == "--init-from-llmc") {
       flags.init_from_llmc = value;
     } else {
@@ -136,6 +146,10 @@ configures the run; flags override the spec.
   --init-from-llmc FILE    initialise from an llm.c GPT-2 model file (fp32, version 3)
   --export-llmc FILE       write the trained model as an llm.c GPT-2 model file
   --quiet                  no human-readable progress on stderr
+  --rendezvous-dir DIR     several ranks on one machine (or a shared file system) meet
+                           there (else LOOM_RENDEZVOUS_DIR); with LOOM_RANK,
+                           LOOM_WORLD_SIZE and LOOM_LAYOUT=data=D,... one process per rank
+  --dp-bucket-mb X         data-parallel gradient bucket size in MiB (default 25)
 
 Exit status: 0 success, 2 bad configuration or input, 1 crash.
 )";

@@ -18,6 +18,8 @@ struct Flags {
   std::string export_llmc;     // --export-llmc FILE: write llm.c's model file after training
   std::string init_from_llmc;  // --init-from-llmc FILE: start from llm.c weights
   bool quiet = false;          // --quiet: no human progress on stderr
+  std::string rendezvous_dir;  // --rendezvous-dir DIR (wins over LOOM_RENDEZVOUS_DIR)
+  double dp_bucket_mb = 25.0;  // --dp-bucket-mb X: data-parallel gradient bucket size, MiB
 };
 
 // Parses argv ("--flag value" or "--flag=value"). Throws InputError naming the flag.

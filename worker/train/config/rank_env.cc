@@ -103,12 +103,18 @@ BatchShape ResolveBatchShape(const JobConfig& config, const RankEnv& env) {
   const int64_t sequences = config.global_batch_tokens / config.seq_len;
   if (env.has_layout) {
     const Layout& l = env.layout;
-    if (l.data > 1 || l.tensor > 1 || l.pipeline > 1) {
+    if (l.tensor > 1 || l.pipeline > 1) {
       throw BadInput("LOOM_LAYOUT",
-                     "data, tensor and pipeline must be 1: this loom-train has no parallel "
-                     "runtime yet (got data=" +
-                         std::to_string(l.data) + ",tensor=" + std::to_string(l.tensor) +
-                         ",pipeline=" + std::to_string(l.pipeline) + ")");
+                     "tensor and pipeline must be 1: this loom-train has data parallelism only "
+                     "(got tensor=" +
+                         std::to_string(l.tensor) + ",pipeline=" + std::to_string(l.pipeline) +
+                         ")");
+    }
+    if (int64_t{l.data} * l.tensor * l.pipeline != env.world_size) {
+      throw BadInput("LOOM_LAYOUT", "data*tensor*pipeline = " +
+                                        std::to_string(int64_t{l.data} * l.tensor * l.pipeline) +
+                                        " but LOOM_WORLD_SIZE = " +
+                                        std::to_string(env.world_size));
     }
     int64_t tokens = int64_t{shape.T} * l.data * l.micro_batch * l.num_micro_batches;
     if (tokens != config.global_batch_tokens) {
@@ -120,13 +126,18 @@ BatchShape ResolveBatchShape(const JobConfig& config, const RankEnv& env) {
     shape.B = l.micro_batch;
     shape.K = l.num_micro_batches;
     shape.dp_size = l.data;
-    shape.dp_rank = 0;
+    shape.dp_rank = (env.rank / l.tensor) % l.data;  // rank = tp + T * (dp + D * pp)
     return shape;
+  }
+  if (env.world_size > 1) {
+    throw BadInput("LOOM_LAYOUT", "LOOM_WORLD_SIZE is " + std::to_string(env.world_size) +
+                                      ": several ranks need LOOM_LAYOUT to say how they split "
+                                      "the work");
   }
   if (config.parallel_data > 1 || config.parallel_tensor > 1 || config.parallel_pipeline > 1) {
     throw BadInput("parallelism",
-                   "data, tensor and pipeline above 1 need the parallel runtime, "
-                   "which this loom-train does not have yet");
+                   "data, tensor and pipeline above 1 need one process per rank: launch the "
+                   "ranks with LOOM_RANK, LOOM_WORLD_SIZE and LOOM_LAYOUT (docs/rank-contract.md)");
   }
   if (config.micro_batch > 0) {
     shape.B = config.micro_batch;

@@ -47,14 +47,15 @@ struct BatchShape {
   int B = 0;        // sequences per micro-batch
   int T = 0;        // tokens per sequence
   int K = 0;        // micro-batches per step (gradient accumulation)
-  int dp_size = 1;  // data-parallel ranks (1 until the parallel runtime exists)
-  int dp_rank = 0;
+  int dp_size = 1;  // data-parallel ranks
+  int dp_rank = 0;  // this rank's index among them: (rank / tensor) % data
   int64_t tokens_per_step() const { return int64_t{B} * T * K * dp_size; }
 };
 
 // Resolves the batch shape. Under loom-worker (env.has_layout) the layout decides and must
-// satisfy global_batch_tokens = T * data * micro_batch * num_micro_batches; data, tensor or
-// pipeline sizes above 1 are refused (the parallel runtime is a later issue). Standalone, the
+// satisfy global_batch_tokens = T * data * micro_batch * num_micro_batches and
+// data * tensor * pipeline = LOOM_WORLD_SIZE; tensor or pipeline above 1 are refused (not in
+// this loom-train yet). Without LOOM_LAYOUT the world must be 1 rank. Standalone, the
 // micro-batch is parallelism.micro_batch, or else the largest divisor of the step's sequence
 // count that is at most 8. Throws InputError naming LOOM_LAYOUT or the spec field.
 BatchShape ResolveBatchShape(const JobConfig& config, const RankEnv& env);

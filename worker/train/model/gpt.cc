@@ -205,7 +205,7 @@ void GPT::ZeroGrad() {
   std::fill(grads_.begin(), grads_.end(), 0.0f);
 }
 
-void GPT::Backward(float loss_scale) {
+void GPT::Backward(float loss_scale, const GradReadyFn& ready) {
   LOOM_CHECK(have_targets_, "Backward needs a Forward with targets first");
   LOOM_CHECK(grads_.size() == params_.size(), "call ZeroGrad before the first Backward");
   const int B = B_, T = T_, C = dims_.channels, NH = dims_.heads, V = dims_.vocab;
@@ -232,6 +232,7 @@ void GPT::Backward(float loss_scale) {
   zero(s.dresidual, NC);
   k::layernorm_backward(s.dresidual, g.lnfw, g.lnfb, s.dln, last, p.lnfw, a.lnf_mean, a.lnf_rstd, N,
                         C);
+  if (ready) ready(dims_.layers);
 
   // Down the blocks. On entry to block l, dresidual holds d(residual3 of block l). A residual
   // add passes its output gradient unchanged to both inputs, so dresidual is used directly as
@@ -261,8 +262,10 @@ void GPT::Backward(float loss_scale) {
     k::layernorm_backward(s.dresidual, dw.ln1w, dw.ln1b, s.dln, residual, w.ln1w, x.ln1_mean,
                           x.ln1_rstd, N, C);
     // dresidual now holds d(block input) = d(residual3 of block l-1).
+    if (ready) ready(l);
   }
   k::encoder_backward(g.wte, g.wpe, s.dresidual, inputs_.data(), B, T, C);
+  if (ready) ready(-1);
 }
 
 size_t GPT::bytes_allocated() const {

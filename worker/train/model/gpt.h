@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "worker/train/model/dims.h"
@@ -84,9 +85,16 @@ class GPT {
   // Sets every gradient to zero; call once per optimizer step (Backward accumulates).
   void ZeroGrad();
 
+  // Called by Backward as soon as the gradients of a stage will not be written again in this
+  // pass: stage L (layers) for lnfw/lnfb, then stage l for block l's tensors, walking down to
+  // 0, then stage -1 for wte and wpe (wte is also written by the tied output head at the start,
+  // so it is final only after the encoder). Runs on the calling thread, in that order.
+  using GradReadyFn = std::function<void(int stage)>;
+
   // Adds the gradient of (loss_scale * mean loss of the last Forward) to grads(). Requires a
   // Forward with targets just before. loss_scale = 1/K averages K accumulated micro-batches.
-  void Backward(float loss_scale);
+  // `ready`, when set, hears each stage's gradients become final (data-parallel buckets).
+  void Backward(float loss_scale, const GradReadyFn& ready = nullptr);
 
   const ModelDims& dims() const { return dims_; }
   const std::vector<TensorInfo>& tensors() const { return table_; }

@@ -16,6 +16,8 @@ const char* PhaseName(Phase phase) {
       return "backward";
     case Phase::kOptimizer:
       return "optimizer";
+    case Phase::kCommExposed:
+      return "comm_exposed";
     case Phase::kCount:
       break;
   }

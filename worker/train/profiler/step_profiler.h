@@ -10,9 +10,11 @@
 
 namespace loom::train {
 
-enum class Phase { kData = 0, kForward, kBackward, kOptimizer, kCount };
+// kCommExposed: time the step waited on data-parallel collectives that backward did not hide.
+enum class Phase { kData = 0, kForward, kBackward, kOptimizer, kCommExposed, kCount };
 
-// The phase names used in progress lines: "data", "forward", "backward", "optimizer".
+// The phase names used in progress lines: "data", "forward", "backward", "optimizer",
+// "comm_exposed".
 const char* PhaseName(Phase phase);
 
 struct StepTimes {

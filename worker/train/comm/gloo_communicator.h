@@ -1,0 +1,34 @@
+// The Gloo implementation of Communicator: TCP between processes (or threads), for CPU ranks.
+// Compiled only where CMake found Gloo (LOOM_HAVE_GLOO); this header names no Gloo type, so
+// callers do not need Gloo's headers.
+#ifndef LOOM_WORKER_TRAIN_COMM_GLOO_COMMUNICATOR_H_
+#define LOOM_WORKER_TRAIN_COMM_GLOO_COMMUNICATOR_H_
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "worker/train/comm/communicator.h"
+
+namespace loom::train {
+
+struct GlooOptions {
+  int rank = 0;
+  int size = 1;
+  // A directory every rank can read and write (one machine, or a shared file system), private
+  // to this group and generation: ranks publish their TCP addresses there as files.
+  std::string store_dir;
+  // The address this rank listens on; 127.0.0.1 keeps a standalone world on one machine.
+  std::string host = "127.0.0.1";
+  // Rendezvous and every collective fail with CommError after this long (a dead peer must not
+  // hang the gang).
+  std::chrono::milliseconds timeout{std::chrono::seconds(120)};
+};
+
+// Meets the other size - 1 ranks through the file store and connects a full TCP mesh. Blocks
+// until all have arrived; throws CommError after the timeout, naming the store directory.
+std::unique_ptr<Communicator> ConnectGloo(const GlooOptions& options);
+
+}  // namespace loom::train
+
+#endif  // LOOM_WORKER_TRAIN_COMM_GLOO_COMMUNICATOR_H_

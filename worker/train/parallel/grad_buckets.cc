@@ -1,0 +1,106 @@
+#include "worker/train/parallel/grad_buckets.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "worker/train/error.h"
+
+namespace loom::train {
+
+GradBuckets::GradBuckets(const std::vector<TensorInfo>& table, int layers, size_t bucket_bytes,
+                         Communicator* comm)
+    : comm_(comm) {
+  LOOM_CHECK(comm != nullptr, "GradBuckets needs a communicator");
+  LOOM_CHECK(bucket_bytes >= sizeof(float), "bucket size below one float");
+  // The pieces, by stage: lnf (stage L), each block's slices (stage l), embeddings (stage -1).
+  std::vector<Piece> pieces;
+  auto tensor = [&](const char* name) -> const TensorInfo& {
+    for (const TensorInfo& t : table) {
+      if (t.name == name) return t;
+    }
+    LOOM_CHECK(false, std::string("parameter table lacks ") + name);
+    return table.front();
+  };
+  for (const char* name : {"lnfb", "lnfw"}) {
+    const TensorInfo& t = tensor(name);
+    pieces.push_back({t.offset, t.numel, layers});
+  }
+  // Within a block, the order backward writes them (MLP first, then attention).
+  const char* block[] = {"fcprojb", "fcprojw", "fcb",      "fcw",  "ln2b", "ln2w",
+                         "attprojb", "attprojw", "qkvb", "qkvw", "ln1b", "ln1w"};
+  for (int l = layers - 1; l >= 0; --l) {
+    for (const char* name : block) {
+      const TensorInfo& t = tensor(name);
+      const size_t per_layer = t.numel / static_cast<size_t>(layers);
+      pieces.push_back({t.offset + per_layer * l, per_layer, l});
+    }
+  }
+  for (const char* name : {"wpe", "wte"}) {
+    const TensorInfo& t = tensor(name);
+    pieces.push_back({t.offset, t.numel, -1});
+  }
+
+  const size_t cap = bucket_bytes / sizeof(float);
+  size_t in_bucket = 0;
+  for (const Piece& p : pieces) {
+    if (buckets_.empty() || (in_bucket > 0 && in_bucket + p.numel > cap)) {
+      buckets_.emplace_back();
+      in_bucket = 0;
+    }
+    Bucket& b = buckets_.back();
+    b.pieces.push_back(p);
+    b.last_stage = p.stage;  // stages only go down along `pieces`
+    in_bucket += p.numel;
+    total_floats_ += p.numel;
+  }
+  for (Bucket& b : buckets_) {
+    size_t n = 0;
+    for (const Piece& p : b.pieces) n += p.numel;
+    b.buffer.assign(n, 0.0f);
+  }
+  LOOM_CHECK(total_floats_ == ParamCount(table), "buckets do not cover the gradients once");
+}
+
+void GradBuckets::Begin(float* grads) {
+  LOOM_CHECK(next_ == 0 || next_ == buckets_.size(), "Begin while a step is being reduced");
+  grads_ = grads;
+  next_ = 0;
+  for (Bucket& b : buckets_) b.work.reset();
+}
+
+void GradBuckets::Launch(Bucket& b) {
+  float* dst = b.buffer.data();
+  for (const Piece& p : b.pieces) {
+    std::copy_n(grads_ + p.offset, p.numel, dst);
+    dst += p.numel;
+  }
+  b.work = comm_->AllReduceSum(b.buffer.data(), b.buffer.size());
+}
+
+void GradBuckets::StageReady(int stage) {
+  LOOM_CHECK(grads_ != nullptr, "StageReady before Begin");
+  while (next_ < buckets_.size() && buckets_[next_].last_stage >= stage) {
+    Launch(buckets_[next_++]);
+  }
+}
+
+double GradBuckets::Finish() {
+  StageReady(-1);  // a backward without the hook (or an early stop) still reduces everything
+  const float scale = 1.0f / static_cast<float>(comm_->size());
+  double waited = 0.0;
+  for (Bucket& b : buckets_) {
+    auto start = std::chrono::steady_clock::now();
+    b.work->Wait();
+    waited += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const float* src = b.buffer.data();
+    for (const Piece& p : b.pieces) {
+      float* g = grads_ + p.offset;
+      for (size_t i = 0; i < p.numel; ++i) g[i] = src[i] * scale;
+      src += p.numel;
+    }
+  }
+  grads_ = nullptr;
+  return waited;
+}
+
+}  // namespace loom::train

@@ -1,0 +1,67 @@
+// Data-parallel gradient reduction with overlap (DESIGN.md, "DP"): the gradient buffer is cut
+// into pieces (one tensor, or one layer's slice of a stacked (L, ...) tensor), the pieces are
+// ordered the way backward finishes them (final layernorm, blocks L-1 down to 0, embeddings)
+// and packed greedily into buckets of at most `bucket_bytes` (a larger piece gets a bucket of
+// its own). When backward reports a stage final, every bucket whose pieces are all final is
+// packed into its own buffer and its all-reduce (sum) is queued on the communicator's thread,
+// while backward continues. Finish waits for all of them and writes the mean back.
+//
+// Cost: one extra gradient-sized buffer (the buckets), and one pack and unpack copy per step.
+// Threading: every method runs on the training thread; the communicator's thread touches only
+// the bucket buffers, between a bucket's launch and Finish.
+#ifndef LOOM_WORKER_TRAIN_PARALLEL_GRAD_BUCKETS_H_
+#define LOOM_WORKER_TRAIN_PARALLEL_GRAD_BUCKETS_H_
+
+#include <cstddef>
+#include <vector>
+
+#include "worker/train/comm/communicator.h"
+#include "worker/train/model/params.h"
+
+namespace loom::train {
+
+inline constexpr size_t kDefaultBucketBytes = size_t{25} << 20;  // 25 MiB
+
+class GradBuckets {
+ public:
+  // `comm` is the data-parallel group (outlives this); `layers` is L of the table's model.
+  GradBuckets(const std::vector<TensorInfo>& table, int layers, size_t bucket_bytes,
+              Communicator* comm);
+
+  // Starts a step's reduction of `grads` (num_params floats); nothing is launched yet.
+  void Begin(float* grads);
+  // Backward's GradReadyFn for the LAST micro-batch of a step: launches the buckets now final.
+  void StageReady(int stage);
+  // Launches what is left, waits for every bucket, and replaces the gradients by their mean
+  // over the group. Returns the seconds spent waiting (the exposed communication). Throws
+  // CommError when a collective failed.
+  double Finish();
+
+  size_t num_buckets() const { return buckets_.size(); }
+  // Bytes all-reduced per step (fp32 gradients).
+  size_t bytes_per_step() const { return total_floats_ * sizeof(float); }
+
+ private:
+  struct Piece {
+    size_t offset = 0;  // in floats, in the gradient buffer
+    size_t numel = 0;
+    int stage = 0;      // final after this backward stage (L .. 0, then -1)
+  };
+  struct Bucket {
+    std::vector<Piece> pieces;  // in backward order
+    int last_stage = 0;         // the bucket is final once this stage is
+    std::vector<float> buffer;  // (sum of the pieces' numel), packed
+    WorkHandle work;            // set once launched
+  };
+  void Launch(Bucket& b);
+
+  Communicator* comm_;
+  std::vector<Bucket> buckets_;  // in launch order
+  size_t total_floats_ = 0;
+  float* grads_ = nullptr;
+  size_t next_ = 0;  // the first bucket not launched this step
+};
+
+}  // namespace loom::train
+
+#endif  // LOOM_WORKER_TRAIN_PARALLEL_GRAD_BUCKETS_H_
