@@ -11,10 +11,13 @@
 #include "client/exit_codes.h"
 #include "client/job_format.h"
 #include "client/job_name.h"
+#include "client/plan_format.h"
 #include "client/request_id.h"
 #include "client/spec_yaml.h"
 #include "common/grpc_status.h"
 #include "loom/v1/node.pb.h"
+#include "server/planner/cluster_file.h"
+#include "server/planner_service/plan_mapping.h"
 
 namespace loom::client {
 namespace {
@@ -24,7 +27,8 @@ using loom::v1::Job;
 constexpr int kListPageSize = 500;
 
 int Fail(CommandContext& ctx, const absl::Status& status) {
-  *ctx.err << DescribeError(status, ctx.connection->server()) << std::endl;
+  *ctx.err << DescribeError(status, ctx.connection != nullptr ? ctx.connection->server() : "")
+           << std::endl;
   return ExitCodeForStatus(status);
 }
 
@@ -106,6 +110,38 @@ int RunSubmit(CommandContext& ctx, const SubmitArgs& args) {
   }
   if (ctx.format == OutputFormat::kTable) *ctx.out << job.name() << std::endl;
   return FollowWithProgress(ctx, job.name());
+}
+
+int RunPlan(CommandContext& ctx, const PlanArgs& args) {
+  absl::StatusOr<loom::v1::JobSpec> spec = LoadJobSpecFile(args.file);
+  if (!spec.ok()) return Fail(ctx, spec.status());
+  absl::StatusOr<loom::v1::PlanJobResponse> response;
+  if (!args.cluster.empty()) {
+    absl::StatusOr<planner::DeviceSpec> devices = planner::LoadClusterFile(args.cluster);
+    if (!devices.ok()) return Fail(ctx, devices.status());
+    response = planner_service::PlanJobOnDevices(*spec, *devices, args.top_k);
+  } else {
+    loom::v1::PlanJobRequest request;
+    *request.mutable_spec() = *std::move(spec);
+    request.set_top_k(args.top_k);
+    grpc::ClientContext context;
+    ctx.connection->PrepareUnary(&context);
+    loom::v1::PlanJobResponse answer;
+    const absl::Status s =
+        FromGrpcStatus(ctx.connection->jobs().PlanJob(&context, request, &answer));
+    if (s.ok()) {
+      response = std::move(answer);
+    } else {
+      response = s;
+    }
+  }
+  if (!response.ok()) return Fail(ctx, response.status());
+  if (ctx.format == OutputFormat::kTable) {
+    *ctx.out << FormatPlanTable(*response) << std::flush;
+  } else {
+    *ctx.out << RenderMessage(*response, ctx.format) << std::flush;
+  }
+  return kExitOk;
 }
 
 int RunGet(CommandContext& ctx, const std::string& job_arg, bool wait) {

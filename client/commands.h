@@ -41,7 +41,17 @@ struct LogsArgs {
   std::optional<int> rank;
 };
 
+struct PlanArgs {
+  std::string file;     // the YAML spec; "-" for standard input
+  std::string cluster;  // a cluster file (DESIGN.md): plan offline; empty: PlanJob on the server
+  int top_k = 0;        // plans to show; 0: the server's default (5)
+};
+
 int RunSubmit(CommandContext& ctx, const SubmitArgs& args);
+// Ranks the layouts of a spec. With a cluster file, offline through the planner library (the
+// same mapping loomd uses, server/planner_service); else with PlanJob on the live cluster.
+// `ctx.connection` may be null with a cluster file.
+int RunPlan(CommandContext& ctx, const PlanArgs& args);
 // `wait`: block until the job ends, then print it and exit 1 if it failed or was cancelled.
 int RunGet(CommandContext& ctx, const std::string& job, bool wait);
 // `state`: empty for all jobs, else a state name in any case ("running").

@@ -176,6 +176,15 @@ std::string FormatJobDetails(const Job& job, absl::Time now) {
                                                  "micro_batch=%d num_micro_batches=%d",
                                                  l.data(), l.tensor(), l.pipeline(),
                                                  l.micro_batch(), l.num_micro_batches())});
+  if (job.has_plan()) {
+    // The planner's prediction for an `auto` job, to compare with the progress below.
+    const loom::v1::Plan& plan = job.plan();
+    kv.push_back({"Predicted:", absl::StrFormat("%.3f s/step, %.0f tokens/s, MFU %.1f%%, peak "
+                                                "%.2f GiB per device",
+                                                plan.step_seconds(), plan.tokens_per_second(),
+                                                plan.mfu() * 100,
+                                                plan.memory().total() / (1024.0 * 1024 * 1024))});
+  }
   kv.push_back(
       {"Generation:", absl::StrCat(job.generation(), " (", job.restart_count(),
                                    job.restart_count() == 1 ? " restart)" : " restarts)")});
@@ -212,6 +221,10 @@ std::string FormatJobDetails(const Job& job, absl::Time now) {
     absl::StrAppend(&out, "Events:\n", Columns(rows));
   }
   return out;
+}
+
+std::string FormatColumns(const std::vector<std::vector<std::string>>& rows) {
+  return Columns(rows);
 }
 
 std::string FormatJobTable(const std::vector<Job>& jobs, absl::Time now) {

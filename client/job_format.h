@@ -43,4 +43,7 @@ std::string FormatNodeTable(const std::vector<loom::v1::Node>& nodes, absl::Time
 // `logs`: "[gen 1 rank 0] text", with " stderr" after the rank for standard error.
 std::string FormatLogLine(const loom::v1::LogLine& line);
 
+// Left-aligned columns two spaces apart, one line per row (the first row is the header).
+std::string FormatColumns(const std::vector<std::vector<std::string>>& rows);
+
 }  // namespace loom::client

@@ -38,6 +38,16 @@ int main(int argc, char** argv) {
   submit->add_option("--request-id", submit_args.request_id,
                      "Idempotency key (default: a fresh random id)");
 
+  PlanArgs plan_args;
+  CLI::App* plan = app.add_subcommand(
+      "plan", "Rank parallel layouts for a job spec (offline with --cluster)");
+  plan->add_option("-f,--file", plan_args.file, "Job spec YAML ('-' for stdin)")->required();
+  plan->add_option("--cluster", plan_args.cluster,
+                   "Cluster file (nodes, gpus_per_node, gpu, bandwidths): plan offline, "
+                   "without a server");
+  plan->add_option("--top", plan_args.top_k, "How many plans to show (default 5)")
+      ->check(CLI::Range(1, 50));
+
   std::string job;
   bool get_wait = false;
   CLI::App* get = app.add_subcommand("get", "Show one job, with its events");
@@ -82,6 +92,7 @@ int main(int argc, char** argv) {
   ctx.err_is_tty = isatty(STDERR_FILENO) == 1;
 
   if (*submit) return RunSubmit(ctx, submit_args);
+  if (*plan) return RunPlan(ctx, plan_args);
   if (*get) return RunGet(ctx, job, get_wait);
   if (*list) return RunList(ctx, state);
   if (*watch) return RunWatch(ctx, job);

@@ -13,8 +13,10 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/time_util.h"
+#include "server/jobs/auto_plan.h"
 #include "server/jobs/job_manager_helpers.h"
 #include "server/jobs/job_state_machine.h"
+#include "server/planner_service/plan_mapping.h"
 #include "server/scheduler/gang_scheduler.h"
 
 namespace loom::jobs {
@@ -217,12 +219,22 @@ absl::StatusOr<v1::Job> JobManager::CreateJob(const v1::CreateJobRequest& reques
       ASSIGN_OR_RETURN(AcceptedSpec accepted, validator_(request.spec(), nodes_.ReadyCapacity()));
       const absl::Time now = clock_->Now();
       v1::Job job;
+      std::string reason = "created; waiting for devices";
+      if (IsAutoLayout(accepted.spec)) {
+        // The planner picks the micro-batching (tensor = pipeline = 1 for now, see
+        // auto_plan.h); when it cannot, the validator's layout stays and the reason says why.
+        AutoPlanOutcome planned =
+            PlanAutoLayout(request.spec(), accepted.spec, accepted.layout, nodes_.List());
+        accepted.layout = std::move(planned.layout);
+        accepted.spec.mutable_parallelism()->set_micro_batch(accepted.layout.micro_batch());
+        if (planned.plan.has_value()) *job.mutable_plan() = std::move(*planned.plan);
+        if (!planned.note.empty()) absl::StrAppend(&reason, "; ", planned.note);
+      }
       job.set_name(absl::StrCat("jobs/", NewJobId(now, id_gen_)));
       *job.mutable_spec() = std::move(accepted.spec);
       *job.mutable_layout() = std::move(accepted.layout);
       job.set_request_id(request.request_id());
-      ASSIGN_OR_RETURN(v1::JobEvent event,
-                       Transition(job, v1::QUEUED, "created; waiting for devices", now));
+      ASSIGN_OR_RETURN(v1::JobEvent event, Transition(job, v1::QUEUED, reason, now));
       ASSIGN_OR_RETURN(int64_t sequence, store_->CreateJob(job, event));
       auto active = std::make_unique<ActiveJob>();
       active->sequence = sequence;
@@ -266,6 +278,16 @@ absl::StatusOr<v1::Job> JobManager::LoadJob(std::string_view name) {
 }
 
 absl::StatusOr<v1::Job> JobManager::GetJob(std::string_view name) { return LoadJob(name); }
+
+absl::StatusOr<v1::PlanJobResponse> JobManager::PlanJob(const v1::PlanJobRequest& request) {
+  std::vector<v1::Node> nodes;
+  {
+    absl::MutexLock lock(&mu_);
+    nodes = nodes_.List();
+  }
+  // Planning is pure and can take a while for large clusters: outside the lock.
+  return planner_service::PlanJob(request, nodes);
+}
 
 absl::StatusOr<v1::ListJobsResponse> JobManager::ListJobs(const v1::ListJobsRequest& request) {
   if (request.page_size() < 0) {

@@ -116,6 +116,9 @@ class JobManager {
   absl::StatusOr<v1::Job> CancelJob(std::string_view name);
   // A subscription whose first update is the job as it is now (see JobWatchers).
   absl::StatusOr<std::shared_ptr<JobSubscription>> WatchJob(std::string_view name);
+  // Ranks the layouts of a spec on the live cluster (or the request's cluster description);
+  // see planner_service::PlanJob. Writes nothing.
+  absl::StatusOr<v1::PlanJobResponse> PlanJob(const v1::PlanJobRequest& request);
   // Whether the job is terminal (for log followers). Errors as GetJob.
   absl::StatusOr<bool> IsJobFinished(std::string_view name);
 

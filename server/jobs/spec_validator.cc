@@ -400,9 +400,9 @@ absl::Status CheckParallelism(v1::ParallelismSpec &parallelism,
              (tensor * pipeline); // the data size follows from the others
     }
   }
-  // With `auto` (or nothing) the layout is plain data parallelism for now; the
-  // planner (a later issue) replaces this with a search over data × tensor ×
-  // pipeline × micro-batch.
+  // With `auto` (or nothing) the layout is plain data parallelism: the runtime
+  // runs nothing else yet. JobManager::CreateJob then lets the planner choose the
+  // micro-batching within it (server/jobs/auto_plan.h); this stays the fallback.
   if (model.heads() % tensor != 0 ||
       (4 * static_cast<int64_t>(model.hidden())) % tensor != 0) {
     return Invalid("spec.parallelism.tensor",

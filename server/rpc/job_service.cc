@@ -41,6 +41,14 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext*, const v1::CancelJob
   return grpc::Status::OK;
 }
 
+grpc::Status JobServiceImpl::PlanJob(grpc::ServerContext*, const v1::PlanJobRequest* request,
+                                     v1::PlanJobResponse* response) {
+  absl::StatusOr<v1::PlanJobResponse> plan = manager_->PlanJob(*request);
+  if (!plan.ok()) return ToGrpcStatus(plan.status());
+  *response = std::move(*plan);
+  return grpc::Status::OK;
+}
+
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* context,
                                       const v1::WatchJobRequest* request,
                                       grpc::ServerWriter<v1::JobUpdate>* writer) {

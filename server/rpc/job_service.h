@@ -31,6 +31,8 @@ class JobServiceImpl final : public v1::JobService::Service {
                         v1::ListJobsResponse* response) override;
   grpc::Status CancelJob(grpc::ServerContext* context, const v1::CancelJobRequest* request,
                          v1::Job* response) override;
+  grpc::Status PlanJob(grpc::ServerContext* context, const v1::PlanJobRequest* request,
+                       v1::PlanJobResponse* response) override;
   // The current job first, then every update; ends after a terminal state, when the client
   // goes away, or when loomd shuts down.
   grpc::Status WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* request,

@@ -330,5 +330,119 @@ TEST_F(RpcServerTest, SessionMustStartWithHelloOfARegisteredNode) {
   EXPECT_THAT(status.error_message(), HasSubstr("RegisterNode"));
 }
 
+
+TEST_F(RpcServerTest, PlanJobRanksLayoutsOnTheLiveClusterOrADescribedOne) {
+  RegisterNode("n1", 2);
+  auto plan = [&](const v1::PlanJobRequest& request, v1::PlanJobResponse* response) {
+    grpc::ClientContext context;
+    return jobs_->PlanJob(&context, request, response);
+  };
+  {
+    v1::PlanJobRequest request;
+    *request.mutable_spec() = CpuSpec(2);
+    v1::PlanJobResponse response;
+    grpc::Status status = plan(request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    ASSERT_FALSE(response.plans().empty());
+    EXPECT_THAT(response.devices(), HasSubstr("2 × cpu"));
+    for (const v1::Plan& p : response.plans()) {
+      EXPECT_EQ(p.layout().data() * p.layout().tensor() * p.layout().pipeline(), 2);
+      EXPECT_GT(p.step_seconds(), 0);
+    }
+  }
+  {
+    // Planning ahead: a described cluster instead of the live one.
+    v1::PlanJobRequest request;
+    request.mutable_spec()->mutable_model()->set_preset("gpt2-124m");
+    request.mutable_spec()->mutable_resources()->set_gpus(16);
+    v1::ClusterDescription& cluster = *request.mutable_cluster();
+    cluster.set_nodes(4);
+    cluster.set_gpus_per_node(8);
+    cluster.mutable_gpu()->set_model("A100-80GB");
+    request.set_top_k(3);
+    v1::PlanJobResponse response;
+    grpc::Status status = plan(request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(response.plans_size(), 3);
+    EXPECT_THAT(response.devices(), HasSubstr("16 × A100-80GB"));
+  }
+  {
+    // Nothing fits: FAILED_PRECONDITION with the planner's alternative.
+    v1::PlanJobRequest request;
+    request.mutable_spec()->mutable_model()->set_preset("gpt-1t");
+    request.mutable_spec()->mutable_resources()->set_gpus(8);
+    request.mutable_cluster()->set_nodes(1);
+    request.mutable_cluster()->set_gpus_per_node(8);
+    request.mutable_cluster()->mutable_gpu()->set_model("H100-SXM");
+    v1::PlanJobResponse response;
+    grpc::Status status = plan(request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_THAT(status.error_message(), HasSubstr("needs at least"));
+  }
+  {
+    v1::PlanJobResponse response;
+    grpc::Status status = plan(v1::PlanJobRequest(), &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(status.error_message(), HasSubstr("spec is required"));
+  }
+  {
+    // The live cluster has no GPUs.
+    v1::PlanJobRequest request;
+    request.mutable_spec()->mutable_model()->set_preset("gpt2-124m");
+    request.mutable_spec()->mutable_resources()->set_gpus(8);
+    v1::PlanJobResponse response;
+    grpc::Status status = plan(request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_THAT(status.error_message(), HasSubstr("--cluster"));
+  }
+  // PlanJob writes nothing.
+  grpc::ClientContext context;
+  v1::ListJobsResponse jobs;
+  ASSERT_TRUE(jobs_->ListJobs(&context, v1::ListJobsRequest(), &jobs).ok());
+  EXPECT_EQ(jobs.jobs_size(), 0);
+}
+
+TEST_F(RpcServerTest, CreateJobWithAutoStoresTheDataParallelPlan) {
+  RegisterNode("n1", 2);
+  v1::JobSpec spec = CpuSpec(2);
+  spec.mutable_parallelism()->mutable_auto_();
+  v1::Job job;
+  grpc::Status status = Create(::loom::testing::CreateRequest(spec), &job);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_TRUE(job.has_plan()) << job.DebugString();
+  const v1::Layout& planned = job.plan().layout();
+  EXPECT_EQ(planned.tensor(), 1);
+  EXPECT_EQ(planned.pipeline(), 1);
+  EXPECT_EQ(planned.data(), 2);
+  EXPECT_EQ(planned.recompute(), "none");
+  EXPECT_FALSE(planned.zero1());
+  EXPECT_GT(job.plan().step_seconds(), 0);
+  EXPECT_THAT(job.plan().reasons(), ::testing::Contains(HasSubstr("tensor = pipeline = 1")));
+  // The job runs the plan's micro-batching, consistent with its global batch.
+  EXPECT_EQ(job.layout().tensor(), 1);
+  EXPECT_EQ(job.layout().data(), 2);
+  EXPECT_EQ(job.layout().micro_batch(), planned.micro_batch());
+  EXPECT_EQ(job.layout().num_micro_batches(), planned.num_micro_batches());
+  EXPECT_EQ(job.spec().parallelism().micro_batch(), planned.micro_batch());
+  EXPECT_EQ(int64_t{job.layout().data()} * job.layout().micro_batch() *
+                job.layout().num_micro_batches() * job.spec().train().seq_len(),
+            job.spec().train().global_batch_tokens());
+}
+
+TEST_F(RpcServerTest, CreateJobKeepsTheDefaultLayoutWhenThePlannerCannotPlan) {
+  // 3 CPU devices over nodes of 2 and 1: not a whole number of nodes for the planner, but a
+  // valid job today, so it is created with the default layout and the reason recorded.
+  RegisterNode("n1", 2);
+  RegisterNode("n2", 1);
+  v1::Job job;
+  grpc::Status status = Create(::loom::testing::CreateRequest(CpuSpec(3)), &job);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_FALSE(job.has_plan());
+  EXPECT_EQ(job.layout().data(), 3);
+  EXPECT_EQ(job.layout().tensor(), 1);
+  ASSERT_GE(job.events_size(), 1);
+  EXPECT_THAT(job.events(0).reason(), HasSubstr("planner not used"));
+}
+
 }  // namespace
 }  // namespace loom::rpc
