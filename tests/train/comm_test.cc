@@ -1,9 +1,15 @@
 // The communicators: a world of one (always built) and Gloo over TCP (where CMake found Gloo),
 // with N ranks as N threads of this process meeting through a file store in a temp directory.
 // Every collective is checked against a known result; Abort must unblock a waiting Recv.
+// The rendezvous through a KeyValueStore (the path of loomd's RendezvousService) is driven with
+// an in-memory store, so the training core's side of it is tested without gRPC.
 #include <chrono>
+#include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -11,6 +17,8 @@
 #include "tests/train/test_util.h"
 #include "worker/train/comm/bootstrap.h"
 #include "worker/train/comm/communicator.h"
+#include "worker/train/comm/key_value_store.h"
+#include "worker/train/error.h"
 
 namespace loom::train {
 namespace {
@@ -40,6 +48,133 @@ TEST(BootstrapTest, WorldOfOneNeedsNoRendezvous) {
   EXPECT_EQ(c->rank(), 0);
   EXPECT_EQ(StoreDirFor("r", "jobs/a", 3), "r/jobs_a/gen-3");
   EXPECT_EQ(StoreDirFor("r", "", 1), "r/standalone/gen-1");
+}
+
+// The keys of every MemoryStore opened on one MemoryStoreData: a stand-in for loomd's store.
+struct MemoryStoreData {
+  std::mutex mu;
+  std::condition_variable changed;
+  std::map<std::string, std::string> values;
+  std::vector<std::string> opened;  // "address job generation" per Open
+};
+
+class MemoryStore : public KeyValueStore {
+ public:
+  explicit MemoryStore(MemoryStoreData* data) : data_(data) {}
+  void Set(const std::string& key, const std::string& value) override {
+    std::lock_guard<std::mutex> lock(data_->mu);
+    data_->values[key] = value;
+    data_->changed.notify_all();
+  }
+  std::vector<std::string> Wait(const std::vector<std::string>& keys,
+                                std::chrono::milliseconds timeout) override {
+    std::unique_lock<std::mutex> lock(data_->mu);
+    const bool all = data_->changed.wait_for(lock, timeout, [&] {
+      for (const std::string& k : keys) {
+        if (!data_->values.count(k)) return false;
+      }
+      return true;
+    });
+    if (!all) throw CommError("missing keys");
+    std::vector<std::string> out;
+    for (const std::string& k : keys) out.push_back(data_->values[k]);
+    return out;
+  }
+  std::string Describe() const override { return "memory store"; }
+
+ private:
+  MemoryStoreData* data_;
+};
+
+KeyValueStoreFactory MemoryStoreFactory(MemoryStoreData* data) {
+  return [data](const std::string& address, const std::string& job, int64_t generation,
+                std::chrono::milliseconds) -> std::unique_ptr<KeyValueStore> {
+    std::lock_guard<std::mutex> lock(data->mu);
+    data->opened.push_back(address + " " + job + " " + std::to_string(generation));
+    return std::make_unique<MemoryStore>(data);
+  };
+}
+
+TEST(BootstrapTest, ServiceWithoutAStoreFactoryIsAConfigurationError) {
+  // A loom-train built without gRPC (LOOM_TRAIN_ONLY) has no factory.
+  RendezvousConfig rc;
+  rc.job = "jobs/a";
+  rc.world_size = 2;
+  rc.service = "127.0.0.1:1";
+  try {
+    ConnectWorld(rc);
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("LOOM_RENDEZVOUS"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("built without gRPC; use --rendezvous-dir"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(BootstrapTest, ServiceWithoutAJobIsAConfigurationError) {
+  MemoryStoreData data;
+  RendezvousConfig rc;
+  rc.world_size = 2;
+  rc.service = "127.0.0.1:1";
+  rc.service_store = MemoryStoreFactory(&data);
+  try {
+    ConnectWorld(rc);
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("LOOM_JOB"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(data.opened.empty());
+}
+
+TEST(BootstrapTest, ServiceStoreConnectsAGlooWorld) {
+  if (!HaveMultiProcessComm()) GTEST_SKIP() << "built without Gloo";
+  MemoryStoreData data;
+  const int n = 3;
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(n);
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        RendezvousConfig rc;
+        rc.job = "jobs/j";
+        rc.generation = 4;
+        rc.rank = r;
+        rc.world_size = n;
+        rc.service = "loomd:7070";
+        rc.service_store = MemoryStoreFactory(&data);
+        rc.timeout = std::chrono::seconds(30);
+        std::unique_ptr<Communicator> c = ConnectWorld(rc);
+        std::vector<float> x(10, 1.0f);
+        c->AllReduceSum(x.data(), x.size())->Wait();
+        for (float v : x) ASSERT_EQ(v, static_cast<float>(n));
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  ASSERT_EQ(data.opened.size(), static_cast<size_t>(n));
+  for (const std::string& o : data.opened) EXPECT_EQ(o, "loomd:7070 jobs/j 4");
+  EXPECT_FALSE(data.values.empty());  // the addresses went through the store
+}
+
+TEST(BootstrapTest, AMissingPeerIsACommErrorNamingTheStore) {
+  if (!HaveMultiProcessComm()) GTEST_SKIP() << "built without Gloo";
+  MemoryStoreData data;
+  RendezvousConfig rc;
+  rc.job = "jobs/j";
+  rc.world_size = 2;  // rank 1 never comes
+  rc.service = "loomd:7070";
+  rc.service_store = MemoryStoreFactory(&data);
+  rc.timeout = std::chrono::milliseconds(300);
+  try {
+    ConnectWorld(rc);
+    FAIL() << "expected CommError";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("through memory store"), std::string::npos) << e.what();
+  }
 }
 
 // Runs body(rank, comm) on `n` threads, each with its own Gloo communicator of one world.

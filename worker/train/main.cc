@@ -1,14 +1,25 @@
 // loom-train: the training process, one per device (DESIGN.md, "The training core").
+// The entry point is the one place that may bring in gRPC: where loom-train is built with it
+// (LOOM_HAVE_GRPC_RENDEZVOUS, not under LOOM_TRAIN_ONLY), it hands the training core the
+// client of loomd's RendezvousService for LOOM_RENDEZVOUS.
 #include <csignal>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "worker/train/run.h"
+#ifdef LOOM_HAVE_GRPC_RENDEZVOUS
+#include "worker/train/comm/grpc_rendezvous_store.h"
+#endif
 
 int main(int argc, char** argv) {
   // A closed progress pipe must surface as EPIPE (reported, then skipped), not kill the rank.
   std::signal(SIGPIPE, SIG_IGN);
   std::vector<std::string> args(argv + 1, argv + argc);
-  return loom::train::RunLoomTrain(args, [](const char* name) { return std::getenv(name); });
+  loom::train::RunOptions options;
+#ifdef LOOM_HAVE_GRPC_RENDEZVOUS
+  options.service_store = &loom::train::OpenGrpcRendezvousStore;
+#endif
+  return loom::train::RunLoomTrain(
+      args, [](const char* name) { return std::getenv(name); }, options);
 }

@@ -56,7 +56,8 @@ JobConfig LoadConfig(const Flags& flags, const RankEnv& env) {
 // The world communicator of this rank (DESIGN.md, "Communication"). With tensor = pipeline = 1
 // the world is the data-parallel group.
 std::unique_ptr<Communicator> ConnectRanks(const Flags& flags, const RankEnv& env,
-                                           const std::function<const char*(const char*)>& getenv) {
+                                           const std::function<const char*(const char*)>& getenv,
+                                           const RunOptions& options) {
   RendezvousConfig rc;
   rc.job = env.job;
   rc.generation = env.generation;
@@ -66,6 +67,7 @@ std::unique_ptr<Communicator> ConnectRanks(const Flags& flags, const RankEnv& en
   rc.store_dir = !flags.rendezvous_dir.empty() ? flags.rendezvous_dir : dir ? dir : "";
   const char* service = getenv("LOOM_RENDEZVOUS");
   rc.service = service ? service : "";
+  rc.service_store = options.service_store;
   if (const char* t = getenv("LOOM_COMM_TIMEOUT_S"); t != nullptr && *t != '\0') {
     char* end = nullptr;
     double seconds = std::strtod(t, &end);
@@ -75,11 +77,17 @@ std::unique_ptr<Communicator> ConnectRanks(const Flags& flags, const RankEnv& en
     }
     rc.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000.0)));
   }
-  return ConnectWorld(rc);
+  std::unique_ptr<Communicator> world = ConnectWorld(rc);
+  if (rc.world_size > 1) {
+    // Says which way the ranks met, so a log shows whether loomd or a directory was used.
+    std::fprintf(stderr, "loom-train: rank %d of %d connected through %s\n", rc.rank,
+                 rc.world_size, DescribeRendezvous(rc).c_str());
+  }
+  return world;
 }
 
 int Run(const std::vector<std::string>& args,
-        const std::function<const char*(const char*)>& getenv) {
+        const std::function<const char*(const char*)>& getenv, const RunOptions& options) {
   Flags flags = ParseFlags(args);
   if (flags.help) {
     std::fputs(FlagsUsage(), stdout);
@@ -100,7 +108,8 @@ int Run(const std::vector<std::string>& args,
 
   Dataset data = Dataset::Load(config.data_path, config.data_builtin, config.val_path,
                                config.model.vocab, config.seq_len);
-  std::unique_ptr<Communicator> world = ConnectRanks(flags, env, getenv);  // outlives trainer
+  // Outlives the trainer, which uses it.
+  std::unique_ptr<Communicator> world = ConnectRanks(flags, env, getenv, options);
   const size_t bucket_bytes =
       std::max<size_t>(sizeof(float), static_cast<size_t>(flags.dp_bucket_mb * 1048576.0));
   Trainer trainer(config, shape, data, world.get(), bucket_bytes);
@@ -154,9 +163,10 @@ int Run(const std::vector<std::string>& args,
 }  // namespace
 
 int RunLoomTrain(const std::vector<std::string>& args,
-                 const std::function<const char*(const char*)>& getenv) {
+                 const std::function<const char*(const char*)>& getenv,
+                 const RunOptions& options) {
   try {
-    return Run(args, getenv);
+    return Run(args, getenv, options);
   } catch (const InputError& e) {
     std::fprintf(stderr, "loom-train: %s\n", e.what());
     return kExitBadInput;

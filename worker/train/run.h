@@ -6,13 +6,24 @@
 #include <string>
 #include <vector>
 
+#include "worker/train/comm/key_value_store.h"
+
 namespace loom::train {
+
+// What the entry point supplies beyond argv and the environment: the pieces built outside the
+// training core (DESIGN.md: the core never includes gRPC or protobuf).
+struct RunOptions {
+  // Opens loomd's RendezvousService store (LOOM_RENDEZVOUS); empty in a build without gRPC,
+  // where LOOM_RENDEZVOUS with more than one rank is a configuration error (exit 2).
+  KeyValueStoreFactory service_store;
+};
 
 // Runs loom-train with `args` (argv without the program name) and the environment read through
 // `getenv` (nullptr for unset). Returns the exit status: kExitOk, kExitBadInput (a one-line
 // error on stderr naming the file or field) or kExitCrash.
 int RunLoomTrain(const std::vector<std::string>& args,
-                 const std::function<const char*(const char*)>& getenv);
+                 const std::function<const char*(const char*)>& getenv,
+                 const RunOptions& options = {});
 
 }  // namespace loom::train
 

@@ -4,10 +4,11 @@
 //   - a file store: a directory shared by the ranks (--rendezvous-dir or LOOM_RENDEZVOUS_DIR),
 //     for standalone multi-process runs; the store lives in DIR/<job>/gen-<generation>, so a
 //     restarted gang never meets the addresses of the one before;
-//   - loomd's RendezvousService (LOOM_RENDEZVOUS=host:port) when launched by loom-worker. Not
-//     in this build yet: it plugs in at ConnectWorld, behind the same Communicator (the gRPC
-//     client must stay out of the training core, so it will arrive as a Store implementation
-//     supplied by the entry point).
+//   - loomd's RendezvousService (LOOM_RENDEZVOUS=host:port) when launched by loom-worker, in
+//     the scope (LOOM_JOB, LOOM_JOB_GENERATION). The gRPC client must stay out of the training
+//     core (it builds without gRPC), so the entry point hands in a KeyValueStoreFactory
+//     (RendezvousConfig::service_store) where loom-train was built with it.
+// The file store wins when both are given, so a user can override loomd's rendezvous.
 #ifndef LOOM_WORKER_TRAIN_COMM_BOOTSTRAP_H_
 #define LOOM_WORKER_TRAIN_COMM_BOOTSTRAP_H_
 
@@ -17,6 +18,7 @@
 #include <string>
 
 #include "worker/train/comm/communicator.h"
+#include "worker/train/comm/key_value_store.h"
 
 namespace loom::train {
 
@@ -26,8 +28,10 @@ struct RendezvousConfig {
   int rank = 0;              // LOOM_RANK
   int world_size = 1;        // LOOM_WORLD_SIZE
   std::string store_dir;     // --rendezvous-dir / LOOM_RENDEZVOUS_DIR
-  std::string service;       // LOOM_RENDEZVOUS (loomd), not supported yet
+  std::string service;       // LOOM_RENDEZVOUS (host:port of loomd)
   std::chrono::milliseconds timeout{std::chrono::seconds(120)};  // LOOM_COMM_TIMEOUT_S
+  // Opens loomd's store for `service`; empty where this loom-train was built without gRPC.
+  KeyValueStoreFactory service_store;
 };
 
 // True where this loom-train was built with a multi-process communicator (Gloo).
@@ -37,9 +41,15 @@ bool HaveMultiProcessComm();
 // replaced by '_'>/gen-<generation>.
 std::string StoreDirFor(const std::string& root, const std::string& job, int64_t generation);
 
+// How the ranks of `config` meet, for the log: "the file store in DIR" or "loomd's
+// RendezvousService at HOST:PORT (jobs/x, generation G)"; "nothing" for a world of one.
+std::string DescribeRendezvous(const RendezvousConfig& config);
+
 // The world communicator. A world of one needs no rendezvous (SingleRankCommunicator). Larger
-// worlds meet through the file store. Throws InputError (exit 2) when no way to meet is
-// configured or this build has no Gloo, CommError when the rendezvous fails or times out.
+// worlds meet through the file store, else through loomd. Throws InputError (exit 2) when no
+// way to meet is configured or built in (no Gloo; LOOM_RENDEZVOUS without gRPC; LOOM_RENDEZVOUS
+// without LOOM_JOB), CommError (exit 1, retryable) when the rendezvous fails, loomd cannot be
+// reached or the peers do not all arrive within the timeout.
 std::unique_ptr<Communicator> ConnectWorld(const RendezvousConfig& config);
 
 }  // namespace loom::train

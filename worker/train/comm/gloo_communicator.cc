@@ -15,6 +15,7 @@
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/file_store.h"
 #include "gloo/rendezvous/prefix_store.h"
+#include "gloo/rendezvous/store.h"
 #include "gloo/transport/tcp/device.h"
 #include "gloo/types.h"
 #include "worker/train/comm/comm_thread.h"
@@ -162,23 +163,59 @@ class GlooCommunicator : public Communicator {
   std::unique_ptr<CommThread> p2p_ = std::make_unique<CommThread>();
 };
 
+// Gloo's store interface over a KeyValueStore (loomd's RendezvousService). Gloo calls it only
+// from the thread inside connectFullMesh. get() waits for its key, as Gloo's FileStore does, so
+// a get that races ahead of the peer's set still succeeds. Errors of the store (CommError)
+// pass through Gloo to ConnectGloo, which names the rank and the store.
+class KeyValueGlooStore : public gloo::rendezvous::Store {
+ public:
+  KeyValueGlooStore(KeyValueStore* store, std::chrono::milliseconds timeout)
+      : store_(store), timeout_(timeout) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    store_->Set(key, std::string(data.begin(), data.end()));
+  }
+
+  std::vector<char> get(const std::string& key) override {
+    const std::string value = store_->Wait({key}, timeout_).at(0);
+    return std::vector<char>(value.begin(), value.end());
+  }
+
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    store_->Wait(keys, timeout);
+  }
+
+ private:
+  KeyValueStore* const store_;
+  const std::chrono::milliseconds timeout_;
+};
+
 }  // namespace
 
 std::unique_ptr<Communicator> ConnectGloo(const GlooOptions& o) {
   LOOM_CHECK(o.size >= 1 && o.rank >= 0 && o.rank < o.size, "rank out of [0, size)");
+  const std::string where = o.store ? o.store->Describe() : o.store_dir;
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = o.host;
     auto device = gloo::transport::tcp::CreateDevice(attr);
-    gloo::rendezvous::FileStore file_store(o.store_dir);
-    gloo::rendezvous::PrefixStore store("world", file_store);
+    std::unique_ptr<gloo::rendezvous::Store> base;
+    if (o.store != nullptr) {
+      base = std::make_unique<KeyValueGlooStore>(o.store, o.timeout);
+    } else {
+      base = std::make_unique<gloo::rendezvous::FileStore>(o.store_dir);
+    }
+    gloo::rendezvous::PrefixStore store("world", *base);
     auto context = std::make_shared<gloo::rendezvous::Context>(o.rank, o.size);
     context->setTimeout(o.timeout);
     context->connectFullMesh(store, device);
     return std::make_unique<GlooCommunicator>(context, o.timeout);
   } catch (const std::exception& e) {
     throw CommError("rendezvous of rank " + std::to_string(o.rank) + " of " +
-                    std::to_string(o.size) + " in " + o.store_dir + " failed: " + e.what());
+                    std::to_string(o.size) + " through " + where + " failed: " + e.what());
   }
 }
 

@@ -9,14 +9,18 @@
 #include <string>
 
 #include "worker/train/comm/communicator.h"
+#include "worker/train/comm/key_value_store.h"
 
 namespace loom::train {
 
 struct GlooOptions {
   int rank = 0;
   int size = 1;
-  // A directory every rank can read and write (one machine, or a shared file system), private
-  // to this group and generation: ranks publish their TCP addresses there as files.
+  // Where the ranks publish their TCP addresses, private to this group and generation: `store`
+  // when set (e.g. loomd's RendezvousService; not owned, used only during ConnectGloo), else
+  // `store_dir`, a directory every rank can read and write (one machine, or a shared file
+  // system), as files.
+  KeyValueStore* store = nullptr;
   std::string store_dir;
   // The address this rank listens on; 127.0.0.1 keeps a standalone world on one machine.
   std::string host = "127.0.0.1";
@@ -25,8 +29,8 @@ struct GlooOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(120)};
 };
 
-// Meets the other size - 1 ranks through the file store and connects a full TCP mesh. Blocks
-// until all have arrived; throws CommError after the timeout, naming the store directory.
+// Meets the other size - 1 ranks through the store and connects a full TCP mesh. Blocks until
+// all have arrived; throws CommError after the timeout, naming the store.
 std::unique_ptr<Communicator> ConnectGloo(const GlooOptions& options);
 
 }  // namespace loom::train

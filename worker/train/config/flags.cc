@@ -148,7 +148,9 @@ configures the run; flags override the spec.
   --quiet                  no human-readable progress on stderr
   --rendezvous-dir DIR     several ranks on one machine (or a shared file system) meet
                            there (else LOOM_RENDEZVOUS_DIR); with LOOM_RANK,
-                           LOOM_WORLD_SIZE and LOOM_LAYOUT=data=D,... one process per rank
+                           LOOM_WORLD_SIZE and LOOM_LAYOUT=data=D,... one process per rank;
+                           without it, ranks launched by loom-worker meet through loomd
+                           (LOOM_RENDEZVOUS, LOOM_JOB, LOOM_JOB_GENERATION)
   --dp-bucket-mb X         data-parallel gradient bucket size in MiB (default 25)
 
 Exit status: 0 success, 2 bad configuration or input, 1 crash.
