@@ -184,6 +184,14 @@ std::string FormatJobDetails(const Job& job, absl::Time now) {
                                                 plan.step_seconds(), plan.tokens_per_second(),
                                                 plan.mfu() * 100,
                                                 plan.memory().total() / (1024.0 * 1024 * 1024))});
+    if (job.has_plan_check() && job.plan_check().measured_steps() > 0) {
+      // Measured beside predicted: the median of rank 0's recent steps, warmup excluded.
+      const loom::v1::PlanCheck& check = job.plan_check();
+      kv.push_back({"Measured:", absl::StrFormat("%.3f s/step (%.2fx predicted, median of %d "
+                                                 "steps)",
+                                                 check.measured_step_seconds(), check.ratio(),
+                                                 check.measured_steps())});
+    }
   }
   kv.push_back(
       {"Generation:", absl::StrCat(job.generation(), " (", job.restart_count(),

@@ -448,6 +448,7 @@ void JobManager::LaunchLocked(ActiveJob& active, const std::vector<v1::Placement
   active.latest_steps.clear();
   active.missing_on.clear();
   active.rate_start_step = -1;
+  active.step_times.Reset();
 
   const v1::Job& job = active.job;
   for (int i = 0; i < job.placements_size(); ++i) {

@@ -52,6 +52,7 @@
 #include "loom/v1/node.pb.h"
 #include "server/jobs/job_watchers.h"
 #include "server/jobs/log_store.h"
+#include "server/jobs/step_time_window.h"
 #include "server/metrics/server_metrics.h"
 #include "server/nodes/node_registry.h"
 #include "server/rendezvous/rendezvous_store.h"
@@ -190,6 +191,9 @@ class JobManager {
     absl::Time last_progress_write;
     int64_t rate_start_step = -1;
     absl::Time rate_start_time;
+    // Rank 0's measured step times of the current generation (job.plan_check and the
+    // loom_job_step_seconds gauge; memory only, measured afresh after a loomd restart).
+    StepTimeWindow step_times;
   };
 
   // Moves a SCHEDULED job whose every rank has started to RUNNING. Requires mu_.

@@ -2,6 +2,7 @@
 // rank reports, progress, and everything driven by time (see job_manager.h for the contract).
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -290,6 +291,11 @@ void JobManager::HandleStepLocked(const std::string& node, const v1::StepReport&
     } else if (report.step_seconds() > 0) {
       progress->set_eta_seconds(static_cast<double>(remaining) * report.step_seconds());
     }
+    if (active->step_times.Add(report) && active->job.has_plan()) {
+      std::optional<v1::PlanCheck> check =
+          MakePlanCheck(active->job.plan(), active->step_times, active->job.generation());
+      if (check.has_value()) *active->job.mutable_plan_check() = std::move(*check);
+    }
   }
   *progress->mutable_update_time() = ToProto(now);
   active->progress_dirty = true;
@@ -458,6 +464,16 @@ server_metrics::Snapshot JobManager::MetricsSnapshot() {
     const v1::JobState state = active->job.state();
     if (state == v1::QUEUED || (state == v1::RESTARTING && active->restart_at <= now)) {
       ++snapshot.queue_depth;
+    }
+  }
+  for (const auto& [name, active] : active_) {
+    server_metrics::JobStepTimes times;
+    if (active->job.has_plan()) times.predicted_seconds = active->job.plan().step_seconds();
+    if (std::optional<StepSample> median = active->step_times.Median(); median.has_value()) {
+      times.measured_seconds = median->step;
+    }
+    if (times.predicted_seconds.has_value() || times.measured_seconds.has_value()) {
+      snapshot.job_step_seconds[name.substr(std::string_view("jobs/").size())] = times;
     }
   }
   for (const v1::Node& node : nodes_.List()) {

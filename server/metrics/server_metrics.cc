@@ -86,6 +86,36 @@ void ServerMetrics::Collect() {
                    {{"kind", kind}, {"state", "allocated"}})
         .Set(allocated);
   }
+  CollectJobStepTimes(snapshot.job_step_seconds);
+}
+
+void ServerMetrics::CollectJobStepTimes(const std::map<std::string, JobStepTimes>& jobs) {
+  constexpr char kPredicted[] = "loom_job_predicted_step_seconds";
+  constexpr char kMeasured[] = "loom_job_step_seconds";
+  std::set<std::pair<std::string, std::string>> exported;
+  for (const auto& [job, times] : jobs) {
+    if (times.predicted_seconds.has_value()) {
+      registry_
+          ->GetGauge(kPredicted, "The planner's predicted seconds per optimizer step.",
+                     {{"job", job}})
+          .Set(*times.predicted_seconds);
+      exported.insert({kPredicted, job});
+    }
+    if (times.measured_seconds.has_value()) {
+      registry_
+          ->GetGauge(kMeasured,
+                     "Measured seconds per optimizer step: the median of rank 0's recent steps, "
+                     "warmup excluded.",
+                     {{"job", job}})
+          .Set(*times.measured_seconds);
+      exported.insert({kMeasured, job});
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  for (const auto& [name, job] : job_series_) {
+    if (!exported.contains({name, job})) registry_->RemoveSeries(name, {{"job", job}});
+  }
+  job_series_ = std::move(exported);
 }
 
 }  // namespace loom::server_metrics

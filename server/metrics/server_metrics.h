@@ -8,6 +8,11 @@
 //   loom_scheduling_latency_seconds           histogram, from ready-to-schedule to SCHEDULED
 //   loom_rpc_requests_total{method, code}     counter, by full gRPC method and status code name
 //   loom_job_restarts_total                   counter, gang restarts (entries into RESTARTING)
+//   loom_job_predicted_step_seconds{job}      gauge, the plan's predicted seconds per step
+//   loom_job_step_seconds{job}                gauge, the measured median seconds per step of
+//                                             rank 0 (warmup excluded)
+// The per-job series carry the job id (bounded by the active jobs) and are removed at the first
+// scrape after the job ends, so label sets do not accumulate.
 //
 // The gauges are refreshed from live state by a collect hook just before each scrape, so the
 // managers never have to keep them in step by hand.
@@ -17,6 +22,8 @@
 
 #include <functional>
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -30,6 +37,12 @@
 
 namespace loom::server_metrics {
 
+// Predicted and measured seconds per step of one active job; unset when not known.
+struct JobStepTimes {
+  std::optional<double> predicted_seconds;
+  std::optional<double> measured_seconds;
+};
+
 // What the gauges show, taken from the job manager at scrape time.
 struct Snapshot {
   std::map<v1::JobState, int> jobs;  // every state, including terminal ones
@@ -37,6 +50,8 @@ struct Snapshot {
   std::map<v1::NodeState, int> nodes;
   // kind ("gpu" | "cpu") -> (total, allocated) over READY nodes
   std::map<std::string, std::pair<int, int>> devices;
+  // job id -> its step times, for the active jobs that have either.
+  std::map<std::string, JobStepTimes> job_step_seconds;
 };
 
 class ServerMetrics {
@@ -60,12 +75,17 @@ class ServerMetrics {
 
  private:
   void Collect();
+  // Sets the per-job gauges of `jobs` and removes those of jobs no longer listed.
+  void CollectJobStepTimes(const std::map<std::string, JobStepTimes>& jobs);
 
   metrics::Registry* const registry_;
   metrics::Histogram& scheduling_latency_;
   metrics::Counter& restarts_;
   absl::Mutex mu_;
   std::function<Snapshot()> source_ ABSL_GUARDED_BY(mu_);
+  // The per-job series exported by the last Collect(), (metric name, job id), so that those of
+  // jobs that have ended can be removed.
+  std::set<std::pair<std::string, std::string>> job_series_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace loom::server_metrics

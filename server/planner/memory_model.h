@@ -22,6 +22,9 @@
 //    5-15% to blocks that cannot be reused for another size).
 //  - runtime reserve outside the allocator: 1 GiB per GPU for the CUDA context, cuBLAS
 //    workspaces and NCCL channel buffers; 0 on CPU devices.
+// The CPU backend keeps other buffers than a GPU block (fp32 probabilities of size B·T·V, no
+// dropout masks or pre-softmax scores): cpu_backend_memory.h states its exact layout, which
+// matches its measured peak; this GPU formula is off by -14%..+15% there.
 #pragma once
 
 #include <vector>

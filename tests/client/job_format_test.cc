@@ -126,6 +126,24 @@ TEST(JobFormatTest, JobDetailsListPlacementsAndEvents) {
   EXPECT_THAT(text, HasSubstr("  -                     0    (new) -> QUEUED       created"));
 }
 
+TEST(JobFormatTest, JobDetailsShowMeasuredStepTimeBesideThePrediction) {
+  loom::v1::Job job = RunningJob();
+  job.mutable_plan()->set_step_seconds(0.25);
+  job.mutable_plan()->set_tokens_per_second(4096);
+  job.mutable_plan()->set_mfu(0.1);
+  std::string text = FormatJobDetails(job, kNow);
+  EXPECT_THAT(text, HasSubstr("Predicted:   0.250 s/step"));
+  EXPECT_THAT(text, Not(HasSubstr("Measured:")));  // nothing measured yet
+
+  loom::v1::PlanCheck* check = job.mutable_plan_check();
+  check->set_predicted_step_seconds(0.25);
+  check->set_measured_step_seconds(0.3);
+  check->set_ratio(1.2);
+  check->set_measured_steps(8);
+  text = FormatJobDetails(job, kNow);
+  EXPECT_THAT(text, HasSubstr("Measured:    0.300 s/step (1.20x predicted, median of 8 steps)\n"));
+}
+
 TEST(JobFormatTest, NodeTableCountsDevices) {
   loom::v1::Node node;
   node.set_name("nodes/w0");

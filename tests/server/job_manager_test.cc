@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/metrics.h"
 #include "gmock/gmock.h"
@@ -28,6 +29,7 @@ using ::loom::testing::RankExit;
 using ::loom::testing::RankPhase;
 using ::loom::testing::Step;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr char kRendezvous[] = "loomd.test:7070";
 
@@ -567,6 +569,135 @@ TEST_F(JobManagerTest, MetricsFollowJobsNodesAndRestarts) {
   EXPECT_THAT(text, HasSubstr("loom_nodes{state=\"READY\"} 1"));
   EXPECT_THAT(text, HasSubstr("loom_devices{kind=\"cpu\",state=\"allocated\"} 2"));
   EXPECT_THAT(text, HasSubstr("loom_scheduling_latency_seconds_count 2"));
+}
+
+// The ranks of each placement, in order, by node name.
+std::map<std::string, std::vector<int>> RanksByNode(const v1::Job& job) {
+  std::map<std::string, std::vector<int>> out;
+  for (const v1::Placement& p : job.placements()) {
+    out[p.node()].assign(p.ranks().begin(), p.ranks().end());
+  }
+  return out;
+}
+
+// The scheduler gets the layout's tensor size, so each tensor group stays on one node: 4 ranks
+// in groups of 2 over two nodes of 3 devices go 2 + 2 (plain packing would put 3 + 1 and split
+// the group {2, 3}); also after a loomd restart, for a job restored from the store.
+TEST_F(JobManagerTest, TensorGroupsStayInsideANode) {
+  v1::JobSpec spec = CpuSpec(4);
+  spec.mutable_parallelism()->set_data(2);
+  spec.mutable_parallelism()->set_tensor(2);
+  ASSERT_TRUE(manager_->RegisterNode(CpuNode("n1", 3)).ok());
+  ASSERT_TRUE(manager_->RegisterNode(CpuNode("n2", 3)).ok());
+  absl::StatusOr<v1::Job> queued = manager_->CreateJob(CreateRequest(spec));
+  ASSERT_TRUE(queued.ok()) << queued.status();
+  EXPECT_EQ(queued->layout().tensor(), 2);
+  EXPECT_EQ(queued->state(), v1::QUEUED);  // no sessions yet
+  NewManager();                            // the tensor size comes back from the store
+  auto sink1 = Reconnect("n1");
+  auto sink2 = Reconnect("n2");
+  const v1::Job job = Get(queued->name());
+  ASSERT_EQ(job.state(), v1::SCHEDULED);
+  EXPECT_THAT(RanksByNode(job),
+              ::testing::ElementsAre(::testing::Pair("nodes/n1", ::testing::ElementsAre(0, 1)),
+                                     ::testing::Pair("nodes/n2", ::testing::ElementsAre(2, 3))));
+  std::vector<v1::Assignment> assigned = sink1->TakeAssignments();
+  ASSERT_EQ(assigned.size(), 1u);
+  EXPECT_EQ(assigned[0].layout().tensor(), 2);
+  EXPECT_EQ(assigned[0].world_size(), 4);
+}
+
+// One tensor group of 2, and one free device on each of two nodes (n1 has 2, one of them busy):
+// the job waits (saying why) rather than being split over the nodes, as plain packing would do.
+TEST_F(JobManagerTest, ATensorGroupWaitsRatherThanBeingSplitAcrossNodes) {
+  auto sink1 = Connect("n1", 2);
+  CreateScheduled(CpuSpec(1), *sink1);  // takes one device of n1
+  auto sink2 = Connect("n2", 1);
+  v1::JobSpec spec = CpuSpec(2);
+  spec.mutable_parallelism()->set_tensor(2);
+  absl::StatusOr<v1::Job> job = manager_->CreateJob(CreateRequest(spec));
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->layout().data(), 1);
+  EXPECT_EQ(job->state(), v1::QUEUED);
+  EXPECT_THAT(job->state_reason(), HasSubstr("tensor groups of 2"));
+  EXPECT_TRUE(sink1->TakeAssignments().empty());
+  EXPECT_TRUE(sink2->TakeAssignments().empty());
+}
+
+// A training step report of rank 0 with the given step time and forward/backward split.
+v1::WorkerMessage TimedStep(const std::string& job, int64_t step, double seconds) {
+  v1::WorkerMessage m = Step(job, 1, 0, step, 100, 3.0);
+  m.mutable_step()->set_step_seconds(seconds);
+  (*m.mutable_step()->mutable_phase_seconds())["forward"] = seconds * 0.25;
+  (*m.mutable_step()->mutable_phase_seconds())["backward"] = seconds * 0.5;
+  (*m.mutable_step()->mutable_phase_seconds())["data"] = 0.01;
+  return m;
+}
+
+// Predicted vs measured: rank 0's step times (warmup excluded, median of the rest) are kept
+// beside the plan in GetJob, persisted with the throttled progress writes, and exported as
+// gauges that disappear when the job ends.
+TEST_F(JobManagerTest, MeasuredStepTimeIsKeptBesideThePrediction) {
+  metrics::Registry registry;
+  server_metrics::ServerMetrics metrics(&registry);
+  manager_.reset();
+  JobManagerOptions options;
+  options.rendezvous_address = kRendezvous;
+  auto manager = JobManager::Create(store_.get(), &clock_, MakeSpecValidator(), logs_.get(),
+                                    nullptr, &metrics, options);
+  ASSERT_TRUE(manager.ok());
+  manager_ = std::move(*manager);
+  metrics.SetSnapshotSource([this] { return manager_->MetricsSnapshot(); });
+
+  auto sink = Connect("n1", 2);
+  const std::string name = CreateScheduled(CpuSpec(2), *sink);  // `auto`: planned
+  const std::string id = name.substr(5);
+  StartAll("n1", name, 1, 2);
+  const v1::Job planned = Get(name);
+  ASSERT_TRUE(planned.has_plan()) << planned.events(0).reason();
+  const double predicted = planned.plan().step_seconds();
+  ASSERT_GT(predicted, 0);
+  EXPECT_FALSE(planned.has_plan_check());
+  std::string text = registry.Serialize();
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("loom_job_predicted_step_seconds{job=\"", id, "\"}")));
+  EXPECT_THAT(text, Not(HasSubstr("loom_job_step_seconds{")));  // nothing measured yet
+
+  // Two warmup steps (slow, ignored), then 0.4, 0.5, 0.6, an outlier of 10 s, and 0.5; a
+  // re-sent step 4 and other ranks' reports do not count.
+  Send("n1", TimedStep(name, 1, 5.0));
+  Send("n1", TimedStep(name, 2, 4.0));
+  EXPECT_FALSE(Get(name).has_plan_check());
+  int64_t step = 3;
+  for (double seconds : {0.4, 0.5, 0.6, 10.0, 0.5}) Send("n1", TimedStep(name, step++, seconds));
+  Send("n1", TimedStep(name, 4, 9.0));
+  v1::WorkerMessage other = TimedStep(name, 8, 9.0);
+  other.mutable_step()->set_rank(1);
+  Send("n1", other);
+
+  v1::PlanCheck check = Get(name).plan_check();
+  EXPECT_EQ(check.measured_steps(), 5);
+  EXPECT_DOUBLE_EQ(check.measured_step_seconds(), 0.5);
+  EXPECT_DOUBLE_EQ(check.predicted_step_seconds(), predicted);
+  EXPECT_DOUBLE_EQ(check.ratio(), 0.5 / predicted);
+  EXPECT_DOUBLE_EQ(check.measured_phases().forward(), 0.125);
+  EXPECT_DOUBLE_EQ(check.measured_phases().backward(), 0.25);
+  EXPECT_DOUBLE_EQ(check.measured_data_seconds(), 0.01);
+  EXPECT_DOUBLE_EQ(check.predicted_phases().forward(), planned.plan().phases().forward());
+  EXPECT_EQ(check.generation(), 1);
+
+  // Persisted with the throttled progress write.
+  clock_.Advance(absl::Seconds(2));
+  manager_->Tick();
+  EXPECT_DOUBLE_EQ(store_->GetJob(name)->job.plan_check().measured_step_seconds(), 0.5);
+
+  text = registry.Serialize();
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("loom_job_step_seconds{job=\"", id, "\"} 0.5")));
+
+  ASSERT_TRUE(manager_->CancelJob(name).ok());
+  EXPECT_DOUBLE_EQ(Get(name).plan_check().measured_step_seconds(), 0.5);  // kept at the end
+  text = registry.Serialize();
+  EXPECT_THAT(text, Not(HasSubstr("loom_job_step_seconds{")));
+  EXPECT_THAT(text, Not(HasSubstr("loom_job_predicted_step_seconds{")));
 }
 
 TEST(LogStoreTest, CapsTheSizeWithAMarker) {
