@@ -96,8 +96,9 @@ TEST_F(TrainerIntegrationTest, TinyJobTrainsToSucceededAndReportsItsLoss) {
   EXPECT_EQ(job["progress"]["step"], "60");
   EXPECT_EQ(job["progress"]["totalSteps"], "60");
   // The loss starts near ln(256) = 5.55 for a byte-level model; 60 steps of the tiny model on
-  // the built-in corpus bring it well below (about 2.5 measured); 4.5 leaves a wide margin
-  // while still failing for a model that did not learn.
+  // the built-in corpus bring it well below (measured with this spec run standalone: train
+  // loss 2.15, val loss 2.27); 4.5 leaves a wide margin while still failing for a model that
+  // did not learn.
   const double loss = job["progress"]["loss"].get<double>();
   EXPECT_GT(loss, 0.5);
   EXPECT_LT(loss, 4.5);
