@@ -416,6 +416,30 @@ absl::Status CheckParallelism(v1::ParallelismSpec &parallelism,
                                 model.layers(), " layers; use at most ",
                                 model.layers()));
   }
+  if (!parallelism.schedule().empty() && parallelism.schedule() != "1f1b" &&
+      parallelism.schedule() != "gpipe") {
+    return Invalid("spec.parallelism.schedule",
+                   absl::StrCat("\"", parallelism.schedule(),
+                                "\" is not a pipeline schedule; use 1f1b or gpipe"));
+  }
+  if (parallelism.blocks_per_stage_size() > 0) {
+    int64_t covered = 0;
+    for (int32_t b : parallelism.blocks_per_stage()) {
+      if (b < 1) {
+        return Invalid("spec.parallelism.blocks_per_stage",
+                       absl::StrCat(b, " blocks: every stage needs at least one block"));
+      }
+      covered += b;
+    }
+    if (parallelism.blocks_per_stage_size() != pipeline || covered != model.layers()) {
+      return Invalid(
+          "spec.parallelism.blocks_per_stage",
+          absl::StrCat("[", absl::StrJoin(parallelism.blocks_per_stage(), ", "),
+                       "] must give one count per pipeline stage (", pipeline,
+                       ") summing to the model's ", model.layers(),
+                       " layers, so that the stages cover every block once"));
+    }
+  }
   if (explicit_sizes) {
     parallelism.set_data(static_cast<int32_t>(data));
     parallelism.set_tensor(static_cast<int32_t>(tensor));
@@ -424,6 +448,9 @@ absl::Status CheckParallelism(v1::ParallelismSpec &parallelism,
   layout.set_data(static_cast<int32_t>(data));
   layout.set_tensor(static_cast<int32_t>(tensor));
   layout.set_pipeline(static_cast<int32_t>(pipeline));
+  layout.set_schedule(parallelism.schedule());
+  layout.set_zero1(parallelism.zero1());
+  *layout.mutable_blocks_per_stage() = parallelism.blocks_per_stage();
   return absl::OkStatus();
 }
 

@@ -318,6 +318,44 @@ const std::vector<BadSpecCase>& BadSpecs() {
        Gpu([](auto& s) { s.mutable_parallelism()->set_data(-8); }),
        kInvalid,
        {"spec.parallelism.data", "-8"}},
+      {"UnknownSchedule",
+       Gpu([](auto& s) { s.mutable_parallelism()->set_schedule("zigzag"); }),
+       kInvalid,
+       {"spec.parallelism.schedule", "\"zigzag\"", "1f1b or gpipe"}},
+      {"BlocksSkipABlock",
+       [] {
+         v1::JobSpec spec = Explicit(GpuSpec(), 4, 1, 2);  // gpt2-124m: 12 layers
+         spec.mutable_parallelism()->add_blocks_per_stage(6);
+         spec.mutable_parallelism()->add_blocks_per_stage(5);
+         return spec;
+       },
+       kInvalid,
+       {"spec.parallelism.blocks_per_stage", "[6, 5]", "summing to the model's 12 layers"}},
+      {"BlocksRepeatABlock",
+       [] {
+         v1::JobSpec spec = Explicit(GpuSpec(), 4, 1, 2);
+         spec.mutable_parallelism()->add_blocks_per_stage(7);
+         spec.mutable_parallelism()->add_blocks_per_stage(6);
+         return spec;
+       },
+       kInvalid,
+       {"spec.parallelism.blocks_per_stage", "[7, 6]"}},
+      {"BlocksCountDiffersFromStages",
+       [] {
+         v1::JobSpec spec = Explicit(GpuSpec(), 4, 1, 2);
+         for (int b : {4, 4, 4}) spec.mutable_parallelism()->add_blocks_per_stage(b);
+         return spec;
+       },
+       kInvalid,
+       {"spec.parallelism.blocks_per_stage", "one count per pipeline stage (2)"}},
+      {"EmptyStage",
+       [] {
+         v1::JobSpec spec = Explicit(GpuSpec(), 4, 1, 2);
+         for (int b : {12, 0}) spec.mutable_parallelism()->add_blocks_per_stage(b);
+         return spec;
+       },
+       kInvalid,
+       {"spec.parallelism.blocks_per_stage", "at least one block"}},
       {"NegativeMicroBatch",
        Gpu([](auto& s) { s.mutable_parallelism()->set_micro_batch(-1); }),
        kInvalid,
@@ -460,6 +498,21 @@ TEST(SpecValidatorTest, ExplicitLayoutIsKeptAndMissingDataSizeIsInferred) {
   // The default micro-batch is the largest divisor of 12 that is at most 8.
   EXPECT_EQ(result->layout.micro_batch(), 6);
   EXPECT_EQ(result->layout.num_micro_batches(), 2);
+}
+
+TEST(SpecValidatorTest, StageBoundariesScheduleAndZeroReachTheLayout) {
+  v1::JobSpec spec = Explicit(GpuSpec(), 4, 1, 2);  // gpt2-124m: 12 layers
+  spec.mutable_parallelism()->add_blocks_per_stage(7);
+  spec.mutable_parallelism()->add_blocks_per_stage(5);
+  spec.mutable_parallelism()->set_schedule("gpipe");
+  spec.mutable_parallelism()->set_zero1(true);
+  auto result = ValidateJobSpec(spec, Cluster(8, 0, 1), Files());
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->layout.blocks_per_stage_size(), 2);
+  EXPECT_EQ(result->layout.blocks_per_stage(0), 7);
+  EXPECT_EQ(result->layout.blocks_per_stage(1), 5);
+  EXPECT_EQ(result->layout.schedule(), "gpipe");
+  EXPECT_TRUE(result->layout.zero1());
 }
 
 TEST(SpecValidatorTest, MicroBatchDefaultIsTheLargestDivisorUpToEight) {

@@ -211,6 +211,19 @@ TEST(RankEnvironmentTest, HasExactlyTheContractVariablesPlusSpecEnv) {
   EXPECT_EQ(env, expected);
 }
 
+TEST(RankEnvironmentTest, LayoutCarriesStagesScheduleAndZeroWhenSet) {
+  v1::Assignment a = GoodAssignment();
+  a.mutable_layout()->add_blocks_per_stage(3);
+  a.mutable_layout()->add_blocks_per_stage(1);
+  a.mutable_layout()->set_schedule("gpipe");
+  a.mutable_layout()->set_zero1(true);
+  RankPaths paths{"/w/jobs/abc-1", "/w/jobs/abc-1/spec.json", "/w/jobs/abc-1/checkpoints"};
+  std::map<std::string, std::string> env = BuildRankEnvironment(a, a.ranks(1), paths);
+  EXPECT_EQ(env["LOOM_LAYOUT"],
+            "data=2,tensor=2,pipeline=1,micro_batch=4,num_micro_batches=2,blocks=3/1,"
+            "schedule=gpipe,zero1=1");
+}
+
 TEST(RankEnvironmentTest, InheritsOnlyListedNames) {
   auto env = InheritedEnvironment({"PATH=/bin", "NCCL_DEBUG=INFO", "SECRET=x", "LOOM_RANK=1",
                                    "PATHX=1", "broken"},

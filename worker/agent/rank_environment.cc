@@ -2,14 +2,22 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace loom::worker {
 
 std::string FormatLayout(const loom::v1::Layout &l) {
-  return absl::StrCat("data=", l.data(), ",tensor=", l.tensor(),
-                      ",pipeline=", l.pipeline(),
-                      ",micro_batch=", l.micro_batch(),
-                      ",num_micro_batches=", l.num_micro_batches());
+  std::string out = absl::StrCat("data=", l.data(), ",tensor=", l.tensor(),
+                                 ",pipeline=", l.pipeline(),
+                                 ",micro_batch=", l.micro_batch(),
+                                 ",num_micro_batches=", l.num_micro_batches());
+  // The optional keys only when set, so the line stays short for plain data parallelism.
+  if (l.blocks_per_stage_size() > 0) {
+    absl::StrAppend(&out, ",blocks=", absl::StrJoin(l.blocks_per_stage(), "/"));
+  }
+  if (!l.schedule().empty()) absl::StrAppend(&out, ",schedule=", l.schedule());
+  if (l.zero1()) absl::StrAppend(&out, ",zero1=1");
+  return out;
 }
 
 std::map<std::string, std::string>

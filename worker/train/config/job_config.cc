@@ -181,12 +181,45 @@ JobConfig JobConfigFromValue(const Value& spec, const std::string& source) {
                             (k == "gpus" ? c.gpus : c.cpu_devices) = n;
                           });
               } else if (key == "parallelism") {
-                r.ForEach(v, field, {"auto", "data", "tensor", "pipeline", "micro_batch"},
+                r.ForEach(v, field,
+                          {"auto", "data", "tensor", "pipeline", "micro_batch", "schedule",
+                           "zero1", "blocks_per_stage"},
                           [&](const std::string& k, const Value& x, const std::string& f) {
                             if (x.kind == Value::Kind::kNull) return;
                             if (k == "auto") {
                               r.ForEach(x, f, {}, [](auto&&...) {});  // must be {}
                               c.parallelism_auto = true;
+                              return;
+                            }
+                            // The layout's details: under loom-worker they arrive again in
+                            // LOOM_LAYOUT, which decides; here they are only checked.
+                            if (k == "schedule") {
+                              c.schedule = r.String(x, f);
+                              if (!c.schedule.empty() && c.schedule != "1f1b" &&
+                                  c.schedule != "gpipe") {
+                                r.Fail(f, "expected 1f1b or gpipe, got \"" + c.schedule + "\"");
+                              }
+                              return;
+                            }
+                            if (k == "zero1") {
+                              if (x.kind != Value::Kind::kBool) {
+                                r.Fail(f, "expected true or false");
+                              } else {
+                                c.zero1 = x.text == "true";
+                              }
+                              return;
+                            }
+                            if (k == "blocks_per_stage") {
+                              if (x.kind != Value::Kind::kArray) {
+                                r.Fail(f, "expected a list of block counts, e.g. [2, 2]");
+                                return;
+                              }
+                              c.blocks_per_stage.clear();
+                              for (const Value& item : x.items) {
+                                int b = r.Int32(item, f);
+                                if (b < 1) r.Fail(f, "every stage needs >= 1 block");
+                                c.blocks_per_stage.push_back(b);
+                              }
                               return;
                             }
                             int n = r.Int32(x, f);

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "worker/train/config/json.h"
 #include "worker/train/model/dims.h"
@@ -53,6 +54,9 @@ struct JobConfig {
   int parallel_tensor = 0;
   int parallel_pipeline = 0;
   int micro_batch = 0;  // 0: chosen by loom-train (standalone) or LOOM_LAYOUT (under the worker)
+  std::string schedule;               // "", "1f1b" or "gpipe" (LOOM_LAYOUT decides under the worker)
+  bool zero1 = false;                 // likewise
+  std::vector<int> blocks_per_stage;  // likewise; empty: an even split
 
   int64_t checkpoint_every = 0;
   std::string checkpoint_dir;
