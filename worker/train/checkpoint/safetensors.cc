@@ -96,20 +96,24 @@ void WriteSafetensors(const std::string& path, const std::vector<TensorToWrite>&
   WriteFileAtomic(path, pieces);
 }
 
-std::map<std::string, std::string> ReadSafetensors(const std::string& path,
-                                                   const std::vector<TensorToRead>& wanted) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw BadInput(path, std::string("cannot open: ") + std::strerror(errno));
-  struct Closer {
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) throw BadInput(path, std::string("cannot open: ") + std::strerror(errno));
+  // The destructor does not run when the constructor throws: close here on every error.
+  struct CloseOnError {
     int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
+    bool armed;
+    ~CloseOnError() {
+      if (armed) ::close(fd);
+    }
+  } guard{fd_, true};
   struct stat st {};
-  if (::fstat(fd, &st) != 0) throw BadInput(path, "cannot stat");
+  if (::fstat(fd_, &st) != 0) throw BadInput(path, "cannot stat");
   const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+  file_size_ = file_size;
 
   unsigned char len_bytes[8];
-  if (file_size < 8 || !PreadAll(fd, len_bytes, 8, 0)) {
+  if (file_size < 8 || !PreadAll(fd_, len_bytes, 8, 0)) {
     throw BadInput(path, "too short for a safetensors file");
   }
   uint64_t header_len = 0;
@@ -119,65 +123,113 @@ std::map<std::string, std::string> ReadSafetensors(const std::string& path,
                              " does not fit the file (" + std::to_string(file_size) + " bytes)");
   }
   std::string json(header_len, '\0');
-  if (!PreadAll(fd, json.data(), header_len, 8)) throw BadInput(path, "cannot read the header");
+  if (!PreadAll(fd_, json.data(), header_len, 8)) throw BadInput(path, "cannot read the header");
   Value header = ParseJson(json, path);
   if (!header.is_object()) throw BadInput(path, "the header is not a JSON object");
   const uint64_t data_start = 8 + header_len;
   const uint64_t data_size = file_size - data_start;
 
-  std::map<std::string, std::string> metadata;
-  if (const Value* meta = header.Find("__metadata__")) {
-    for (const auto& [k, v] : meta->members) {
-      if (v.kind == Value::Kind::kString) metadata[k] = v.text;
-    }
-  }
   for (const auto& [name, entry] : header.members) {
-    if (name == "__metadata__") continue;
+    if (name == "__metadata__") {
+      for (const auto& [k, v] : entry.members) {
+        if (v.kind == Value::Kind::kString) metadata_[k] = v.text;
+      }
+      continue;
+    }
+    if (!entry.is_object()) throw BadInput(path, "tensor \"" + name + "\": not an object");
+    const Value* dtype = entry.Find("dtype");
+    if (dtype == nullptr || dtype->text != "F32") {
+      throw BadInput(path, "tensor \"" + name + "\": dtype " +
+                               (dtype ? dtype->text : std::string("missing")) + ", expected F32");
+    }
+    const Value* shape_v = entry.Find("shape");
+    if (shape_v == nullptr || shape_v->kind != Value::Kind::kArray) {
+      throw BadInput(path, "tensor \"" + name + "\": shape missing");
+    }
+    Entry e;
+    e.numel = 1;
+    for (const Value& dim : shape_v->items) {
+      uint64_t d = 0;
+      // The bound keeps numel * 4 far from overflowing.
+      if (!ToU64(dim, &d) || d > (uint64_t{1} << 40)) {
+        throw BadInput(path, "tensor \"" + name + "\": bad shape");
+      }
+      e.shape.push_back(static_cast<int64_t>(d));
+      e.numel *= d;
+      if (e.numel > (uint64_t{1} << 40)) throw BadInput(path, "tensor \"" + name + "\": too big");
+    }
+    const Value* offsets = entry.Find("data_offsets");
+    uint64_t begin = 0, end = 0;
+    if (offsets == nullptr || offsets->kind != Value::Kind::kArray || offsets->items.size() != 2 ||
+        !ToU64(offsets->items[0], &begin) || !ToU64(offsets->items[1], &end)) {
+      throw BadInput(path, "tensor \"" + name + "\": bad data_offsets");
+    }
+    const uint64_t bytes = e.numel * sizeof(float);
+    if (end < begin || end - begin != bytes || end > data_size) {
+      throw BadInput(path, "tensor \"" + name + "\": data_offsets [" + std::to_string(begin) +
+                               ", " + std::to_string(end) + "] do not fit " +
+                               std::to_string(bytes) + " bytes inside the file (truncated?)");
+    }
+    e.data_offset = data_start + begin;
+    tensors_.emplace_back(name, std::move(e));
+  }
+  guard.armed = false;  // success: the object owns the descriptor now
+}
+
+SafetensorsFile::~SafetensorsFile() { Close(); }
+
+void SafetensorsFile::Close() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+void SafetensorsFile::Reopen() {
+  if (fd_ >= 0) return;
+  int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw BadInput(path_, std::string("cannot reopen: ") + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != file_size_) {
+    ::close(fd);
+    throw BadInput(path_, "changed size while being read (replaced underneath?)");
+  }
+  fd_ = fd;
+}
+
+const SafetensorsFile::Entry* SafetensorsFile::Find(const std::string& name) const {
+  for (const auto& [n, e] : tensors_) {
+    if (n == name) return &e;
+  }
+  return nullptr;
+}
+
+void SafetensorsFile::ReadFloats(const Entry& entry, uint64_t first, uint64_t count,
+                                 float* dst) const {
+  LOOM_CHECK(fd_ >= 0 && first + count <= entry.numel,
+             "SafetensorsFile::ReadFloats on a closed file or past the tensor's end");
+  if (count == 0) return;
+  if (!PreadAll(fd_, dst, count * sizeof(float), entry.data_offset + first * sizeof(float))) {
+    throw BadInput(path_, "read failed (file changed underneath?)");
+  }
+}
+
+std::map<std::string, std::string> ReadSafetensors(const std::string& path,
+                                                   const std::vector<TensorToRead>& wanted) {
+  SafetensorsFile file(path);
+  for (const auto& [name, entry] : file.tensors()) {
     bool known = false;
     for (const TensorToRead& w : wanted) known |= (w.name == name);
     if (!known) throw BadInput(path, "unexpected tensor \"" + name + "\" (a different model?)");
   }
   for (const TensorToRead& w : wanted) {
-    const Value* entry = header.Find(w.name);
-    if (entry == nullptr || !entry->is_object()) {
-      throw BadInput(path, "tensor \"" + w.name + "\" is missing");
-    }
-    const Value* dtype = entry->Find("dtype");
-    if (dtype == nullptr || dtype->text != "F32") {
-      throw BadInput(path, "tensor \"" + w.name + "\": dtype " +
-                               (dtype ? dtype->text : std::string("missing")) + ", expected F32");
-    }
-    const Value* shape_v = entry->Find("shape");
-    std::vector<int64_t> shape;
-    if (shape_v == nullptr || shape_v->kind != Value::Kind::kArray) {
-      throw BadInput(path, "tensor \"" + w.name + "\": shape missing");
-    }
-    for (const Value& dim : shape_v->items) {
-      uint64_t d = 0;
-      if (!ToU64(dim, &d)) throw BadInput(path, "tensor \"" + w.name + "\": bad shape");
-      shape.push_back(static_cast<int64_t>(d));
-    }
-    if (shape != w.shape) {
-      throw BadInput(path, "tensor \"" + w.name + "\" has shape " + ShapeString(shape) +
+    const SafetensorsFile::Entry* entry = file.Find(w.name);
+    if (entry == nullptr) throw BadInput(path, "tensor \"" + w.name + "\" is missing");
+    if (entry->shape != w.shape) {
+      throw BadInput(path, "tensor \"" + w.name + "\" has shape " + ShapeString(entry->shape) +
                                ", the model expects " + ShapeString(w.shape));
     }
-    const Value* offsets = entry->Find("data_offsets");
-    uint64_t begin = 0, end = 0;
-    if (offsets == nullptr || offsets->kind != Value::Kind::kArray || offsets->items.size() != 2 ||
-        !ToU64(offsets->items[0], &begin) || !ToU64(offsets->items[1], &end)) {
-      throw BadInput(path, "tensor \"" + w.name + "\": bad data_offsets");
-    }
-    const uint64_t bytes = Numel(w.shape) * sizeof(float);
-    if (end < begin || end - begin != bytes || end > data_size) {
-      throw BadInput(path, "tensor \"" + w.name + "\": data_offsets [" + std::to_string(begin) +
-                               ", " + std::to_string(end) + "] do not fit " +
-                               std::to_string(bytes) + " bytes inside the file (truncated?)");
-    }
-    if (!PreadAll(fd, w.data, bytes, data_start + begin)) {
-      throw BadInput(path, "tensor \"" + w.name + "\": read failed");
-    }
+    file.ReadFloats(*entry, 0, entry->numel, w.data);
   }
-  return metadata;
+  return file.metadata();
 }
 
 }  // namespace loom::train
