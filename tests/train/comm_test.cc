@@ -16,7 +16,9 @@
 #include "gtest/gtest.h"
 #include "tests/train/test_util.h"
 #include "worker/train/comm/bootstrap.h"
+#include "worker/train/comm/comm_thread.h"
 #include "worker/train/comm/communicator.h"
+#include "worker/train/comm/file_store.h"
 #include "worker/train/comm/key_value_store.h"
 #include "worker/train/error.h"
 
@@ -41,6 +43,37 @@ TEST(SingleRankCommTest, CollectivesAreTheIdentity) {
   EXPECT_THROW(c.Barrier()->Wait(), CommError);
 }
 
+TEST(CommThreadTest, AFailureAbortsLaterOperationsOnlyWhenAsked) {
+  for (bool poison : {false, true}) {
+    CommThread t(poison);
+    bool ran_after = false;
+    WorkHandle first = t.Enqueue("first", [] { throw CommError("peer gone"); });
+    WorkHandle second = t.Enqueue("second", [&ran_after] { ran_after = true; });
+    try {
+      first->Wait();
+      FAIL() << "expected CommError";
+    } catch (const CommError& e) {
+      EXPECT_EQ(std::string(e.what()), "first: peer gone");
+    }
+    if (poison) {
+      // Queued behind the failure, or issued after it: fails without running.
+      try {
+        second->Wait();
+        FAIL() << "expected CommError";
+      } catch (const CommError& e) {
+        EXPECT_EQ(std::string(e.what()), "second: aborted: first: peer gone");
+      }
+      EXPECT_FALSE(ran_after);
+      EXPECT_TRUE(t.aborted());
+      EXPECT_THROW(t.Enqueue("third", [] {})->Wait(), CommError);
+    } else {
+      second->Wait();
+      EXPECT_TRUE(ran_after);
+      EXPECT_FALSE(t.aborted());
+    }
+  }
+}
+
 TEST(BootstrapTest, WorldOfOneNeedsNoRendezvous) {
   RendezvousConfig rc;
   auto c = ConnectWorld(rc);
@@ -48,6 +81,43 @@ TEST(BootstrapTest, WorldOfOneNeedsNoRendezvous) {
   EXPECT_EQ(c->rank(), 0);
   EXPECT_EQ(StoreDirFor("r", "jobs/a", 3), "r/jobs_a/gen-3");
   EXPECT_EQ(StoreDirFor("r", "", 1), "r/standalone/gen-1");
+}
+
+TEST(FileStoreTest, ValuesCrossInstancesWholeAndKeysStayDistinct) {
+  TempDir dir;
+  FileKeyValueStore a(dir / "store"), b(dir / "store");             // created by the first Set
+  const std::string id = std::string("\0\x01", 2) + "binary\xff/";  // like a NCCL unique id
+  a.Set("world/nccl-unique-id", id);
+  a.Set("a/b", "slash");
+  a.Set("a%2Fb", "escaped");
+  a.Set(".hidden", "dot");
+  EXPECT_EQ(
+      b.Wait({"world/nccl-unique-id", "a/b", "a%2Fb", ".hidden"}, std::chrono::milliseconds(100)),
+      (std::vector<std::string>{id, "slash", "escaped", "dot"}));
+  a.Set("a/b", "replaced");
+  EXPECT_EQ(b.Wait({"a/b"}, std::chrono::milliseconds(100)).at(0), "replaced");
+  EXPECT_EQ(b.Describe(), "the file store in " + dir / "store");
+}
+
+TEST(FileStoreTest, WaitBlocksUntilSetAndNamesMissingKeysOnTimeout) {
+  TempDir dir;
+  FileKeyValueStore a(dir.path()), b(dir.path());
+  std::thread setter([&a] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    a.Set("late", "here");
+  });
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(b.Wait({"late"}, std::chrono::seconds(10)).at(0), "here");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  setter.join();
+  try {
+    b.Wait({"late", "never/1", "never/2"}, std::chrono::milliseconds(50));
+    FAIL() << "expected CommError";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("waiting for never/1, never/2 in the file store"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // The keys of every MemoryStore opened on one MemoryStoreData: a stand-in for loomd's store.
@@ -173,13 +243,17 @@ TEST(BootstrapTest, AMissingPeerIsACommErrorNamingTheStore) {
     ConnectWorld(rc);
     FAIL() << "expected CommError";
   } catch (const CommError& e) {
-    EXPECT_NE(std::string(e.what()).find("through memory store"), std::string::npos) << e.what();
+    // The store, and who is missing, by the arrival keys in it.
+    EXPECT_NE(std::string(e.what()).find("rank 0: rendezvous of 2 ranks timed out after 0.3 s in "
+                                         "memory store: rank 1 never arrived"),
+              std::string::npos)
+        << e.what();
+    EXPECT_EQ(data.values.count("world/arrived/0"), 1u);
   }
 }
 
 // Runs body(rank, comm) on `n` threads, each with its own Gloo communicator of one world.
-void RunWorld(int n, const std::function<void(int, Communicator&)>& body,
-              int timeout_s = 30) {
+void RunWorld(int n, const std::function<void(int, Communicator&)>& body, int timeout_s = 30) {
   if (!HaveMultiProcessComm()) GTEST_SKIP() << "built without Gloo";
   TempDir dir;
   std::vector<std::thread> threads;
@@ -284,25 +358,28 @@ TEST(GlooCommTest, SendRecvPairsAndBarrier) {
 }
 
 TEST(GlooCommTest, AbortUnblocksAWaitingRecv) {
-  RunWorld(2, [](int r, Communicator& c) {
-    if (r == 1) {
-      // Rank 0 never sends: the Recv would wait for the whole timeout without Abort.
-      float x = 0.0f;
-      WorkHandle w = c.Recv(&x, 1, 0, 99);
-      std::thread aborter([&c] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
-        c.Abort("test abort");
-      });
-      auto start = std::chrono::steady_clock::now();
-      EXPECT_THROW(w->Wait(), CommError);
-      const double waited =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      EXPECT_LT(waited, 5.0);
-      aborter.join();
-      // Everything after an Abort fails at once.
-      EXPECT_THROW(c.Barrier()->Wait(), CommError);
-    }
-  }, /*timeout_s=*/20);
+  RunWorld(
+      2,
+      [](int r, Communicator& c) {
+        if (r == 1) {
+          // Rank 0 never sends: the Recv would wait for the whole timeout without Abort.
+          float x = 0.0f;
+          WorkHandle w = c.Recv(&x, 1, 0, 99);
+          std::thread aborter([&c] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));
+            c.Abort("test abort");
+          });
+          auto start = std::chrono::steady_clock::now();
+          EXPECT_THROW(w->Wait(), CommError);
+          const double waited =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          EXPECT_LT(waited, 5.0);
+          aborter.join();
+          // Everything after an Abort fails at once.
+          EXPECT_THROW(c.Barrier()->Wait(), CommError);
+        }
+      },
+      /*timeout_s=*/20);
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 
 namespace loom::train {
 
-CommThread::CommThread() : thread_([this] { Loop(); }) {}
+CommThread::CommThread(bool abort_on_failure)
+    : abort_on_failure_(abort_on_failure), thread_([this] { Loop(); }) {}
 
 CommThread::~CommThread() {
   std::deque<Item> left;
@@ -84,6 +85,7 @@ void CommThread::Loop() {
       item.work->Complete();
     } else {
       item.work->Fail(error);
+      if (abort_on_failure_) Abort(error);  // idempotent: an earlier Abort keeps its reason
     }
   }
 }

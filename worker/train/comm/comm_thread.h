@@ -17,7 +17,11 @@ namespace loom::train {
 
 class CommThread {
  public:
-  CommThread();
+  // `abort_on_failure`: the first operation that fails also aborts the thread with its message,
+  // so every queued and later operation fails at once ("aborted: <first failure>") instead of
+  // running on a transport whose peers are gone or out of step (collectives are matched by
+  // order across ranks: after one fails on any rank, none later can match).
+  explicit CommThread(bool abort_on_failure = false);
   // Fails what is still queued ("communicator destroyed"), then joins the thread: a running
   // operation finishes or times out first.
   ~CommThread();
@@ -54,6 +58,7 @@ class CommThread {
   std::function<void()> interrupt_;
   std::string aborted_;  // non-empty once aborted
   bool stop_ = false;
+  const bool abort_on_failure_;
   std::thread thread_;  // last: starts after the members above exist
 };
 

@@ -3,7 +3,14 @@
 // buffers, asynchronous with completion handles, plus Abort for failure handling.
 //
 // Implementations: SingleRankCommunicator (world of one, no library), GlooCommunicator (TCP,
-// CPU; only where CMake found Gloo, LOOM_HAVE_GLOO). NCCL for GPUs is a later step.
+// CPU host buffers; only where CMake found Gloo, LOOM_HAVE_GLOO), NcclCommunicator (GPU device
+// buffers, ordered behind a compute stream; only where CUDA and NCCL were found, LOOM_HAVE_NCCL;
+// comm/nccl_communicator.h).
+//
+// Failure contract (every implementation): a dead peer, a hung peer and a lost connection end
+// in CommError from Wait() within the communicator's timeout (a dead peer's closed connection
+// usually at once), never in a hang; every later operation then fails too, since the gang is
+// expected to exit and restart together (DESIGN.md, "Reliability contract").
 //
 // Threading contract (every implementation):
 //   - The collective calls (AllReduceSum, ReduceScatterSum, AllGather, Broadcast, Barrier) are

@@ -4,7 +4,9 @@
 #include "worker/train/comm/gloo_communicator.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "gloo/allgather.h"
@@ -47,8 +49,8 @@ class GlooCommunicator : public Communicator {
       if (n == 0) return;
       gloo::AllreduceOptions opts(context_);
       opts.setOutput(data, n);
-      opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(
-          &gloo::sum<float>));
+      opts.setReduceFunction(
+          static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
       opts.setTag(tag);
       opts.setTimeout(timeout_);
       gloo::allreduce(opts);
@@ -64,8 +66,8 @@ class GlooCommunicator : public Communicator {
       std::vector<float> all(in, in + n * size());  // (size, n)
       gloo::AllreduceOptions opts(context_);
       opts.setOutput(all.data(), all.size());
-      opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(
-          &gloo::sum<float>));
+      opts.setReduceFunction(
+          static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
       opts.setTag(tag);
       opts.setTimeout(timeout_);
       gloo::allreduce(opts);
@@ -130,13 +132,24 @@ class GlooCommunicator : public Communicator {
     if (p2p_->aborted()) return p2p_->Enqueue(what, [] {});  // comes back failed
     // Posted here, on the caller's thread, so that opposite sends and recvs of two ranks can
     // never wait on each other; only the waiting happens on the p2p thread.
-    std::shared_ptr<gloo::transport::UnboundBuffer> buf =
-        context_->createUnboundBuffer(data, n * sizeof(float));
-    const uint64_t slot = gloo::Slot::build(kP2pSlotPrefix, tag);
-    if (send) {
-      buf->send(peer, slot);
-    } else {
-      buf->recv(peer, slot);
+    std::shared_ptr<gloo::transport::UnboundBuffer> buf;
+    try {
+      buf = context_->createUnboundBuffer(data, n * sizeof(float));
+      const uint64_t slot = gloo::Slot::build(kP2pSlotPrefix, tag);
+      if (send) {
+        buf->send(peer, slot);
+      } else {
+        buf->recv(peer, slot);
+      }
+    } catch (const std::exception& e) {
+      // Posting throws when the pair already failed (the peer died earlier): the same failure
+      // as one that comes while waiting, so it reaches the caller the same way, through Wait(),
+      // and poisons the later point-to-point operations like any failure.
+      const std::string error = std::string(what) + ": " + e.what();
+      p2p_->Abort(error);
+      auto failed = std::make_shared<Work>();
+      failed->Fail(error);
+      return failed;
     }
     auto timeout = timeout_;
     CommThread* thread = p2p_.get();
@@ -159,8 +172,9 @@ class GlooCommunicator : public Communicator {
   std::shared_ptr<gloo::Context> context_;
   std::chrono::milliseconds timeout_;
   uint32_t next_tag_ = 0;  // collectives: issued from one thread (the contract)
-  std::unique_ptr<CommThread> collectives_ = std::make_unique<CommThread>();
-  std::unique_ptr<CommThread> p2p_ = std::make_unique<CommThread>();
+  // A failed operation poisons its thread: later ones fail at once with its message.
+  std::unique_ptr<CommThread> collectives_ = std::make_unique<CommThread>(true);
+  std::unique_ptr<CommThread> p2p_ = std::make_unique<CommThread>(true);
 };
 
 // Gloo's store interface over a KeyValueStore (loomd's RendezvousService). Gloo calls it only
@@ -193,22 +207,107 @@ class KeyValueGlooStore : public gloo::rendezvous::Store {
   const std::chrono::milliseconds timeout_;
 };
 
+// Gloo's FileStore, waiting in 10 ms steps: its own wait sleeps a whole second between looks,
+// which rounds every timeout up to seconds and makes probing for missing ranks slow.
+class FileStore : public gloo::rendezvous::FileStore {
+ public:
+  FileStore(const std::string& path, std::chrono::milliseconds timeout)
+      : gloo::rendezvous::FileStore(path), timeout_(timeout) {}
+
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!check(keys)) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        std::string list;
+        for (const std::string& k : keys) list += (list.empty() ? "" : ", ") + k;
+        throw CommError("timed out after " + std::to_string(timeout.count()) + " ms waiting for " +
+                        list + " in " + basePath_);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+
+ private:
+  const std::chrono::milliseconds timeout_;
+};
+
+std::string ArrivalKey(int rank) { return "arrived/" + std::to_string(rank); }
+
+// "5 s", "0.3 s": a timeout as people write it.
+std::string Seconds(std::chrono::milliseconds t) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g s", static_cast<double>(t.count()) / 1000.0);
+  return text;
+}
+
+// Every rank announces itself under <group>/arrived/<rank>, then waits for all the others. This
+// step exists for its failure: Gloo's connectFullMesh only reports a key it waited for in vain,
+// while a gang that did not assemble should say which ranks never came (the ones whose node or
+// process is at fault). Once everyone has arrived, connectFullMesh finds every address at once.
+void AwaitArrivals(gloo::rendezvous::Store& store, const GlooOptions& o, const std::string& where) {
+  const std::string head =
+      "rank " + std::to_string(o.rank) + ": rendezvous of " + std::to_string(o.size) + " ranks ";
+  std::vector<std::string> keys;
+  for (int r = 0; r < o.size; ++r) keys.push_back(ArrivalKey(r));
+  std::string error;
+  try {
+    store.set(ArrivalKey(o.rank), std::vector<char>{'1'});
+  } catch (const std::exception& e) {
+    throw CommError(head + "in " + where + " failed: " + e.what());
+  }
+  try {
+    store.wait(keys, o.timeout);
+    return;
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  // Who is missing: each key on its own, with a wait that is only long enough to read it.
+  std::vector<int> missing;
+  for (int r = 0; r < o.size; ++r) {
+    try {
+      store.wait({ArrivalKey(r)}, std::chrono::milliseconds(1));
+    } catch (const std::exception&) {
+      missing.push_back(r);
+    }
+  }
+  if (std::find(missing.begin(), missing.end(), o.rank) != missing.end()) {
+    // Not even our own key reads back: the store itself fails, not the peers.
+    throw CommError(head + "in " + where + " failed: " + error);
+  }
+  if (missing.empty()) return;  // the last ones arrived while the wait was giving up
+  std::string list;
+  for (int r : missing) list += (list.empty() ? "" : ", ") + std::to_string(r);
+  throw CommError(head + "timed out after " + Seconds(o.timeout) + " in " + where + ": " +
+                  (missing.size() == 1 ? "rank " : "ranks ") + list + " never arrived");
+}
+
 }  // namespace
 
 std::unique_ptr<Communicator> ConnectGloo(const GlooOptions& o) {
   LOOM_CHECK(o.size >= 1 && o.rank >= 0 && o.rank < o.size, "rank out of [0, size)");
-  const std::string where = o.store ? o.store->Describe() : o.store_dir;
+  LOOM_CHECK(!o.group.empty(), "a Gloo group needs a name");
+  const std::string where = o.store ? o.store->Describe() : "the file store in " + o.store_dir;
+  std::unique_ptr<gloo::rendezvous::Store> base;
+  std::shared_ptr<gloo::transport::Device> device;
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = o.host;
-    auto device = gloo::transport::tcp::CreateDevice(attr);
-    std::unique_ptr<gloo::rendezvous::Store> base;
+    device = gloo::transport::tcp::CreateDevice(attr);
     if (o.store != nullptr) {
       base = std::make_unique<KeyValueGlooStore>(o.store, o.timeout);
     } else {
-      base = std::make_unique<gloo::rendezvous::FileStore>(o.store_dir);
+      base = std::make_unique<FileStore>(o.store_dir, o.timeout);
     }
-    gloo::rendezvous::PrefixStore store("world", *base);
+  } catch (const std::exception& e) {
+    throw CommError("rank " + std::to_string(o.rank) + " of " + std::to_string(o.size) +
+                    ": cannot start the rendezvous through " + where + ": " + e.what());
+  }
+  gloo::rendezvous::PrefixStore store(o.group, *base);
+  AwaitArrivals(store, o, where);
+  try {
     auto context = std::make_shared<gloo::rendezvous::Context>(o.rank, o.size);
     context->setTimeout(o.timeout);
     context->connectFullMesh(store, device);

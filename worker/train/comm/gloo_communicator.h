@@ -22,6 +22,10 @@ struct GlooOptions {
   // system), as files.
   KeyValueStore* store = nullptr;
   std::string store_dir;
+  // Scopes this group's keys in the store, so several groups (the world, and the tensor, data
+  // and pipeline groups of a layout) can meet through one store. Ranks of one group use the same
+  // name; distinct groups distinct names.
+  std::string group = "world";
   // The address this rank listens on; 127.0.0.1 keeps a standalone world on one machine.
   std::string host = "127.0.0.1";
   // Rendezvous and every collective fail with CommError after this long (a dead peer must not
@@ -30,7 +34,9 @@ struct GlooOptions {
 };
 
 // Meets the other size - 1 ranks through the store and connects a full TCP mesh. Blocks until
-// all have arrived; throws CommError after the timeout, naming the store.
+// all have arrived. Throws CommError after the timeout, naming the store and the ranks that never
+// arrived ("rendezvous of 4 ranks timed out after 5 s in <store>: ranks 2, 3 never arrived"), or
+// when the store or the TCP connections fail.
 std::unique_ptr<Communicator> ConnectGloo(const GlooOptions& options);
 
 }  // namespace loom::train
