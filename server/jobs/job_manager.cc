@@ -90,7 +90,8 @@ absl::StatusOr<std::string> ParseJobName(std::string_view name, std::string_view
 
 JobManager::JobManager(store::JobStore* store, const Clock* clock, SpecValidator validator,
                        LogStore* logs, rendezvous::RendezvousStore* rendezvous,
-                       server_metrics::ServerMetrics* metrics, JobManagerOptions options)
+                       server_metrics::ServerMetrics* metrics, JobManagerOptions options,
+                       calibration::Calibrator* calibrator)
     : store_(store),
       clock_(clock),
       validator_(std::move(validator)),
@@ -98,14 +99,16 @@ JobManager::JobManager(store::JobStore* store, const Clock* clock, SpecValidator
       rendezvous_(rendezvous),
       metrics_(metrics),
       options_(std::move(options)),
+      calibrator_(calibrator),
       rendezvous_address_(options_.rendezvous_address) {}
 
 absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(
     store::JobStore* store, const Clock* clock, SpecValidator validator, LogStore* logs,
     rendezvous::RendezvousStore* rendezvous, server_metrics::ServerMetrics* metrics,
-    JobManagerOptions options) {
+    JobManagerOptions options, calibration::Calibrator* calibrator) {
   std::unique_ptr<JobManager> manager(new JobManager(store, clock, std::move(validator), logs,
-                                                     rendezvous, metrics, std::move(options)));
+                                                     rendezvous, metrics, std::move(options),
+                                                     calibrator));
   RETURN_IF_ERROR(manager->Restore());
   return manager;
 }
@@ -224,7 +227,9 @@ absl::StatusOr<v1::Job> JobManager::CreateJob(const v1::CreateJobRequest& reques
         // The planner picks the micro-batching (tensor = pipeline = 1 for now, see
         // auto_plan.h); when it cannot, the validator's layout stays and the reason says why.
         AutoPlanOutcome planned =
-            PlanAutoLayout(request.spec(), accepted.spec, accepted.layout, nodes_.List());
+            PlanAutoLayout(request.spec(), accepted.spec, accepted.layout, nodes_.List(),
+                           calibrator_ != nullptr ? calibrator_->Applicable()
+                                                  : planner_service::CalibrationByModel());
         accepted.layout = std::move(planned.layout);
         accepted.spec.mutable_parallelism()->set_micro_batch(accepted.layout.micro_batch());
         if (planned.plan.has_value()) *job.mutable_plan() = std::move(*planned.plan);
@@ -286,7 +291,9 @@ absl::StatusOr<v1::PlanJobResponse> JobManager::PlanJob(const v1::PlanJobRequest
     nodes = nodes_.List();
   }
   // Planning is pure and can take a while for large clusters: outside the lock.
-  return planner_service::PlanJob(request, nodes);
+  return planner_service::PlanJob(
+      request, nodes,
+      calibrator_ != nullptr ? calibrator_->Applicable() : planner_service::CalibrationByModel());
 }
 
 absl::StatusOr<v1::ListJobsResponse> JobManager::ListJobs(const v1::ListJobsRequest& request) {

@@ -50,6 +50,7 @@
 #include "common/clock.h"
 #include "loom/v1/job.pb.h"
 #include "loom/v1/node.pb.h"
+#include "server/calibration/calibrator.h"
 #include "server/jobs/job_watchers.h"
 #include "server/jobs/log_store.h"
 #include "server/jobs/step_time_window.h"
@@ -91,13 +92,13 @@ class JobManager {
  public:
   // Rebuilds the in-memory view from `store` (active jobs, known nodes; every known node gets
   // the node timeout from now to reconnect). Every pointer must outlive the manager;
-  // `metrics` and `rendezvous` may be null.
-  static absl::StatusOr<std::unique_ptr<JobManager>> Create(store::JobStore* store,
-                                                            const Clock* clock,
-                                                            SpecValidator validator, LogStore* logs,
-                                                            rendezvous::RendezvousStore* rendezvous,
-                                                            server_metrics::ServerMetrics* metrics,
-                                                            JobManagerOptions options);
+  // `metrics`, `rendezvous` and `calibrator` may be null. With a `calibrator`, every job that
+  // SUCCEEDED with a plan and a measured step time is learnt from, and PlanJob and CreateJob
+  // with `auto` plan with its calibration; without, with the catalog's efficiency table.
+  static absl::StatusOr<std::unique_ptr<JobManager>> Create(
+      store::JobStore* store, const Clock* clock, SpecValidator validator, LogStore* logs,
+      rendezvous::RendezvousStore* rendezvous, server_metrics::ServerMetrics* metrics,
+      JobManagerOptions options, calibration::Calibrator* calibrator = nullptr);
   ~JobManager();
   JobManager(const JobManager&) = delete;
   JobManager& operator=(const JobManager&) = delete;
@@ -201,7 +202,7 @@ class JobManager {
 
   JobManager(store::JobStore* store, const Clock* clock, SpecValidator validator, LogStore* logs,
              rendezvous::RendezvousStore* rendezvous, server_metrics::ServerMetrics* metrics,
-             JobManagerOptions options);
+             JobManagerOptions options, calibration::Calibrator* calibrator);
   absl::Status Restore();
 
   // Writes `updated` (and `event`) to the store, then installs it in memory, publishes it, and
@@ -250,6 +251,7 @@ class JobManager {
   rendezvous::RendezvousStore* const rendezvous_;
   server_metrics::ServerMetrics* const metrics_;
   const JobManagerOptions options_;
+  calibration::Calibrator* const calibrator_;  // may be null
 
   absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<ActiveJob>, std::less<>> active_ ABSL_GUARDED_BY(mu_);

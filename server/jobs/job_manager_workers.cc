@@ -11,6 +11,7 @@
 #include "server/jobs/job_manager.h"
 #include "server/jobs/job_manager_helpers.h"
 #include "server/jobs/job_state_machine.h"
+#include "server/planner_service/plan_mapping.h"
 
 namespace loom::jobs {
 namespace {
@@ -237,10 +238,28 @@ void JobManager::HandleRankStatusLocked(const std::string& node, const v1::RankS
       if (it == active_.end() || it->second->job.state() != v1::RUNNING) return;
       v1::Job updated = it->second->job;
       updated.clear_placements();
+      // Calibration learns from the finished job's plan and measured step (`it` is gone after
+      // the transition).
+      std::optional<v1::Job> finished;
+      if (calibrator_ != nullptr && updated.has_plan_check()) finished = updated;
       absl::Status s = TransitionLocked(
           *it->second, std::move(updated), v1::SUCCEEDED,
           absl::StrCat("all ", it->second->world_size, " ranks exited successfully"));
-      if (!s.ok()) LOOM_LOG(ERROR) << "cannot mark " << status.job() << " SUCCEEDED: " << s;
+      if (!s.ok()) {
+        LOOM_LOG(ERROR) << "cannot mark " << status.job() << " SUCCEEDED: " << s;
+        return;
+      }
+      if (finished.has_value()) {
+        absl::StatusOr<std::optional<v1::PlanCalibration>> learnt =
+            calibrator_->LearnFromFinishedJob(*finished);
+        if (!learnt.ok()) {
+          LOOM_LOG(WARNING) << "calibration cannot learn from " << status.job() << ": "
+                            << learnt.status();
+        } else if (learnt->has_value()) {
+          LOOM_LOG(INFO) << "learnt from " << status.job() << ": "
+                         << planner_service::CalibrationReason(**learnt);
+        }
+      }
       return;
     }
     case v1::EXIT_CLASS_STOPPED:

@@ -1,6 +1,7 @@
 #include "server/planner/device_spec.h"
 
 #include <array>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -75,6 +76,25 @@ EfficiencyTable ApplyOverrides(EfficiencyTable t, const EfficiencyOverrides& o) 
   if (o.allreduce_inter) t.allreduce_inter = *o.allreduce_inter;
   if (o.p2p) t.p2p = *o.p2p;
   if (o.memory_bandwidth) t.memory_bandwidth = *o.memory_bandwidth;
+  return t;
+}
+
+EfficiencyTable ScaleEfficiency(EfficiencyTable t, double compute_scale, double comm_scale,
+                                double optimizer_scale) {
+  const auto usable = [](double s) { return std::isfinite(s) && s > 0 ? s : 1.0; };
+  const double c = usable(compute_scale), n = usable(comm_scale);
+  const double o = std::isfinite(optimizer_scale) && optimizer_scale > 0 ? optimizer_scale : c;
+  t.optimizer_bandwidth *= c / o;  // memory_bandwidth carries c below
+  t.gemm_small /= c;
+  t.gemm_medium /= c;
+  t.gemm_large /= c;
+  t.memory_bandwidth /= c;
+  t.block_overhead_s *= c;
+  t.allreduce_intra /= n;
+  t.allreduce_inter /= n;
+  t.p2p /= n;
+  t.latency_intra_s *= n;
+  t.latency_inter_s *= n;
   return t;
 }
 

@@ -1,6 +1,6 @@
 // The devices a plan is made for, and the efficiency table that turns their peak numbers into
-// achievable ones. Defaults per device model live here; calibration (measured step phases of
-// finished jobs) later overrides individual entries through EfficiencyOverrides.
+// achievable ones. Defaults per device model live here; calibration (measured step times of
+// finished jobs, server/calibration) scales them through ScaleEfficiency.
 #pragma once
 
 #include <optional>
@@ -36,6 +36,9 @@ struct EfficiencyTable {
   // Fraction of memory bandwidth reached by the memory-bound kernels (optimizer, embedding,
   // softmax/cross-entropy).
   double memory_bandwidth = 0.80;
+  // The optimizer's own factor on top of memory_bandwidth (1 in every catalog entry; calibration
+  // sets it when the measured optimizer phase says AdamW runs apart from the other kernels).
+  double optimizer_bandwidth = 1.0;
   // Fixed cost per block per micro-batch, forward and backward together: the launch and tail
   // of its ~24 kernels (about 2.5 µs each on a GPU without CUDA graphs). It is what makes
   // tiny micro-batches slow.
@@ -53,6 +56,16 @@ struct EfficiencyOverrides {
   std::optional<double> allreduce_intra, allreduce_inter, p2p, memory_bandwidth;
 };
 EfficiencyTable ApplyOverrides(EfficiencyTable table, const EfficiencyOverrides& o);
+
+// The table corrected by calibration (server/calibration): every predicted compute time (GEMMs,
+// memory-bound kernels, the per-block overhead, hence forward, backward and bubble) multiplied
+// by `compute_scale`, the optimizer's by `optimizer_scale` (0: as compute), every communication
+// time (bus and point-to-point bandwidth fractions, latencies) by `comm_scale`. The GEMM and
+// bandwidth fractions are divided by the scales, so a calibrated fraction may exceed 1 when the
+// catalog's peak understates the device. Other scales that are not finite and > 0 are treated
+// as 1. Pure.
+EfficiencyTable ScaleEfficiency(EfficiencyTable table, double compute_scale, double comm_scale,
+                                double optimizer_scale = 0);
 
 struct DeviceSpec {
   std::string model;                        // "H100-SXM", "H200", "A100-80GB", "A100-40GB", "cpu"

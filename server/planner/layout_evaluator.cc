@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "server/planner/cpu_backend_memory.h"
 #include "server/planner/stage_partitioner.h"
 
 namespace loom::planner {
@@ -32,6 +33,18 @@ std::string Alternatives(std::pair<int, int> p) {
     return absl::StrCat(p.first, " or ", p.second);
   }
   return absl::StrCat(p.first > 0 ? p.first : p.second);
+}
+
+// The predicted step and the throughput figures of `ev`'s layout and stage split.
+void FillTime(const ModelShape& m, Precision precision, const DeviceSpec& d, Evaluation& ev) {
+  const Layout& l = ev.layout;
+  ev.time = EstimateStep(m, precision, l, d, ev.blocks_per_stage);
+  const double tokens = double(l.dp) * l.micro_batch * l.num_micro_batches * m.seq_len;
+  ev.tokens_per_second = tokens / ev.time.total;
+  ev.model_flops_per_device = ModelFlopsPerToken(m) * ev.tokens_per_second / l.world();
+  const double peak_flops =
+      precision == Precision::kFp32 ? d.peak_flops * d.efficiency.fp32_peak_ratio : d.peak_flops;
+  ev.mfu = ev.model_flops_per_device / peak_flops;
 }
 
 }  // namespace
@@ -74,6 +87,22 @@ Evaluation EvaluateLayout(const ModelShape& m, Precision precision, const Device
   Evaluation ev;
   ev.layout = l;
 
+  if (d.model == "cpu") {
+    // CPU devices run the CPU backend, whose own buffer layout is exact (cpu_backend_memory.h).
+    // Layouts it refuses (tp or pp > 1, recompute, ZeRO-1, bf16) keep the GPU formula below.
+    absl::StatusOr<MemoryBreakdown> cpu = CpuBackendMemory(m, precision, l);
+    if (cpu.ok()) {
+      ev.blocks_per_stage = {m.layers};  // one stage: the CPU backend has no pipeline
+      ev.stage_memory = {*cpu};
+      ev.peak_stage = 0;
+      ev.peak_memory = *cpu;
+      ev.headroom_bytes = d.memory_bytes - cpu->total();
+      ev.fits = ev.headroom_bytes >= 0;
+      FillTime(m, precision, d, ev);
+      return ev;
+    }
+  }
+
   // The partition problem: uniform blocks (every GPT block has the same shape), extras on the
   // first and last stage, memory per stage from the memory model.
   const BlockTime block = BlockCost(m, precision, l, d);
@@ -107,13 +136,7 @@ Evaluation EvaluateLayout(const ModelShape& m, Precision precision, const Device
   ev.peak_memory = ev.stage_memory[ev.peak_stage];
   ev.headroom_bytes = d.memory_bytes - peak;
 
-  ev.time = EstimateStep(m, precision, l, d, ev.blocks_per_stage);
-  const double tokens = double(l.dp) * l.micro_batch * l.num_micro_batches * m.seq_len;
-  ev.tokens_per_second = tokens / ev.time.total;
-  ev.model_flops_per_device = ModelFlopsPerToken(m) * ev.tokens_per_second / l.world();
-  const double peak_flops =
-      precision == Precision::kFp32 ? d.peak_flops * d.efficiency.fp32_peak_ratio : d.peak_flops;
-  ev.mfu = ev.model_flops_per_device / peak_flops;
+  FillTime(m, precision, d, ev);
   return ev;
 }
 

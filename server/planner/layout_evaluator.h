@@ -36,7 +36,9 @@ struct Evaluation {
 absl::Status ValidateLayout(const ModelShape& m, const DeviceSpec& d, const Layout& l,
                             int64_t global_batch_sequences);
 
-// Evaluates a valid layout (ValidateLayout first). Pure and deterministic.
+// Evaluates a valid layout (ValidateLayout first). Pure and deterministic. On CPU devices
+// (model "cpu") the memory is the CPU backend's exact layout (CpuBackendMemory) whenever the
+// CPU backend runs the layout; otherwise, and on GPUs, the memory model of memory_model.h.
 Evaluation EvaluateLayout(const ModelShape& m, Precision precision, const DeviceSpec& d,
                           const Layout& l);
 

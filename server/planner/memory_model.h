@@ -24,7 +24,8 @@
 //    workspaces and NCCL channel buffers; 0 on CPU devices.
 // The CPU backend keeps other buffers than a GPU block (fp32 probabilities of size B·T·V, no
 // dropout masks or pre-softmax scores): cpu_backend_memory.h states its exact layout, which
-// matches its measured peak; this GPU formula is off by -14%..+15% there.
+// matches its measured peak; this GPU formula is off by -14%..+15% there, so the search
+// (layout_evaluator.h) uses the CPU backend's layout for CPU devices.
 #pragma once
 
 #include <vector>

@@ -170,7 +170,8 @@ StepTime EstimateStep(const ModelShape& m, Precision precision, const Layout& l,
     r.dp_exposed = std::max(r.dp_exposed, dp.exposed);
     r.dp_total = std::max(r.dp_total, dp.total);
     const double updated = l.zero1 ? params / l.dp : params;
-    r.optimizer = std::max(r.optimizer, updated * kOptimizerBytesPerParam / mem_bw);
+    r.optimizer = std::max(r.optimizer, updated * kOptimizerBytesPerParam /
+                                            (mem_bw * d.efficiency.optimizer_bandwidth));
   }
   const double mb = l.num_micro_batches;
   r.forward = mb * f_s;

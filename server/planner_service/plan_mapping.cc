@@ -50,10 +50,10 @@ absl::StatusOr<planner::ModelShape> ModelFromSpec(const v1::ModelSpec& spec) {
     // Dimensions beside a preset must agree with it, as the validator requires.
     for (const Dim& d : dims) {
       if (d.given != 0 && d.given != m.*d.dim) {
-        return Invalid(absl::StrCat("spec.model.", d.field),
-                       absl::StrCat(d.given, " conflicts with preset ", spec.preset(), " (",
-                                    d.field, " ", m.*d.dim,
-                                    "); drop the preset or the explicit dimensions"));
+        return Invalid(
+            absl::StrCat("spec.model.", d.field),
+            absl::StrCat(d.given, " conflicts with preset ", spec.preset(), " (", d.field, " ",
+                         m.*d.dim, "); drop the preset or the explicit dimensions"));
       }
     }
     return m;
@@ -62,8 +62,9 @@ absl::StatusOr<planner::ModelShape> ModelFromSpec(const v1::ModelSpec& spec) {
   for (const Dim& d : dims) {
     if (d.given <= 0) {
       return Invalid(absl::StrCat("spec.model.", d.field),
-                     absl::StrCat(d.given, " must be > 0; set spec.model.preset or all five of "
-                                           "layers, hidden, heads, seq_len and vocab"));
+                     absl::StrCat(d.given,
+                                  " must be > 0; set spec.model.preset or all five of "
+                                  "layers, hidden, heads, seq_len and vocab"));
     }
     m.*d.dim = d.given;
   }
@@ -105,12 +106,55 @@ uint64_t Bytes(double b) { return b > 0 ? static_cast<uint64_t>(std::llround(b))
 
 }  // namespace
 
+v1::PlanCalibration CalibrationFor(const planner::DeviceSpec& devices,
+                                   const CalibrationByModel& calibrations) {
+  if (auto it = calibrations.find(devices.model); it != calibrations.end()) {
+    v1::PlanCalibration c = it->second;
+    c.set_device_model(devices.model);
+    return c;
+  }
+  v1::PlanCalibration c;
+  c.set_device_model(devices.model);
+  c.set_compute_scale(1.0);
+  c.set_comm_scale(1.0);
+  c.set_optimizer_scale(1.0);
+  return c;
+}
+
+planner::DeviceSpec Calibrated(planner::DeviceSpec devices,
+                               const v1::PlanCalibration& calibration) {
+  devices.efficiency = planner::ScaleEfficiency(
+      devices.efficiency, calibration.compute_scale(), calibration.comm_scale(),
+      calibration.optimizer_jobs() > 0 ? calibration.optimizer_scale() : 0.0);
+  return devices;
+}
+
+std::string CalibrationReason(const v1::PlanCalibration& c) {
+  if (c.jobs() <= 0) {
+    return absl::StrCat("efficiency: the catalog's defaults for ", c.device_model(),
+                        " (no finished job measured yet)");
+  }
+  std::string line = absl::StrFormat(
+      "efficiency calibrated from %d finished job%s on %s: compute ×%.2f the catalog's "
+      "prediction",
+      c.jobs(), c.jobs() == 1 ? "" : "s", c.device_model(), c.compute_scale());
+  if (c.optimizer_jobs() > 0) {
+    absl::StrAppend(&line, absl::StrFormat(", optimizer ×%.2f (%d job%s)", c.optimizer_scale(),
+                                           c.optimizer_jobs(), c.optimizer_jobs() == 1 ? "" : "s"));
+  }
+  if (c.comm_jobs() > 0) {
+    absl::StrAppend(&line, absl::StrFormat(", communication ×%.2f (%d job%s)", c.comm_scale(),
+                                           c.comm_jobs(), c.comm_jobs() == 1 ? "" : "s"));
+  }
+  return line;
+}
+
 absl::StatusOr<planner::PlanRequest> PlanRequestFromSpec(const v1::JobSpec& spec,
                                                          const planner::DeviceSpec& cluster,
                                                          int top_k) {
   if (top_k < 0 || top_k > kMaxTopK) {
-    return Invalid("top_k", absl::StrCat(top_k, " must be within [1, ", kMaxTopK,
-                                         "]; omit it for ", kDefaultTopK));
+    return Invalid("top_k", absl::StrCat(top_k, " must be within [1, ", kMaxTopK, "]; omit it for ",
+                                         kDefaultTopK));
   }
   planner::PlanRequest request;
   request.options.top_k = top_k == 0 ? kDefaultTopK : top_k;
@@ -137,18 +181,19 @@ absl::StatusOr<planner::PlanRequest> PlanRequestFromSpec(const v1::JobSpec& spec
                         absl::StrCat("the cluster has ", cluster.model,
                                      " GPUs, not CPU devices; ask for gpus instead"));
   }
-  const int count = wants_gpu ? resources.gpus() : wants_cpu ? resources.cpu_devices()
-                                                             : cluster.count;
+  const int count = wants_gpu   ? resources.gpus()
+                    : wants_cpu ? resources.cpu_devices()
+                                : cluster.count;
   if (count > cluster.count) {
-    return Precondition(field, absl::StrCat(count, " requested but the cluster has ",
-                                            DescribeDevices(cluster), "; ask for at most ",
-                                            cluster.count));
+    return Precondition(
+        field, absl::StrCat(count, " requested but the cluster has ", DescribeDevices(cluster),
+                            "; ask for at most ", cluster.count));
   }
   if (count > cluster.per_node && count % cluster.per_node != 0) {
     const int below = count / cluster.per_node * cluster.per_node;
-    return Invalid(field, absl::StrCat(count, " is not a whole number of nodes of ",
-                                       cluster.per_node, " devices; use ", below, " or ",
-                                       below + cluster.per_node));
+    return Invalid(field,
+                   absl::StrCat(count, " is not a whole number of nodes of ", cluster.per_node,
+                                " devices; use ", below, " or ", below + cluster.per_node));
   }
   request.devices = cluster;
   request.devices.count = count;
@@ -169,9 +214,9 @@ absl::StatusOr<planner::PlanRequest> PlanRequestFromSpec(const v1::JobSpec& spec
   } else {
     absl::StatusOr<planner::Precision> precision = planner::ParsePrecision(train.precision());
     if (!precision.ok()) {
-      return Invalid("spec.train.precision",
-                     absl::StrCat("\"", train.precision(), "\" is not a precision; use fp32 or "
-                                                           "bf16"));
+      return Invalid("spec.train.precision", absl::StrCat("\"", train.precision(),
+                                                          "\" is not a precision; use fp32 or "
+                                                          "bf16"));
     }
     if (*precision == planner::Precision::kBf16 && cluster_cpu) {
       return Invalid("spec.train.precision", "bf16 needs GPUs; use fp32 on CPU devices");
@@ -207,10 +252,10 @@ absl::StatusOr<planner::PlanRequest> PlanRequestFromSpec(const v1::JobSpec& spec
     const int64_t tokens = train.global_batch_tokens();
     if (tokens % seq_len != 0) {
       const int64_t below = tokens / seq_len * seq_len;
-      return Invalid("spec.train.global_batch_tokens",
-                     absl::StrCat(tokens, " is not a multiple of the sequence length ", seq_len,
-                                  "; use ", below > 0 ? absl::StrCat(below, " or ") : "",
-                                  below + seq_len));
+      return Invalid(
+          "spec.train.global_batch_tokens",
+          absl::StrCat(tokens, " is not a multiple of the sequence length ", seq_len, "; use ",
+                       below > 0 ? absl::StrCat(below, " or ") : "", below + seq_len));
     }
     request.batch.global_batch_sequences = tokens / seq_len;
   } else {
@@ -270,14 +315,14 @@ v1::Plan PlanFromEvaluation(const Evaluation& e) {
 
 v1::PlanJobResponse ResponseFromResult(const planner::PlanRequest& request,
                                        const planner::PlanResult& unconstrained,
-                                       const planner::PlanResult* constrained) {
+                                       const planner::PlanResult* constrained,
+                                       const v1::PlanCalibration* calibration) {
   v1::PlanJobResponse response;
   response.set_global_batch_sequences(unconstrained.global_batch_sequences);
   response.set_layouts_evaluated(unconstrained.layouts_evaluated +
                                  (constrained != nullptr ? constrained->layouts_evaluated : 0));
   response.set_devices(DescribeDevices(request.devices));
-  const double best =
-      unconstrained.ranked.empty() ? 0 : unconstrained.ranked.front().time.total;
+  const double best = unconstrained.ranked.empty() ? 0 : unconstrained.ranked.front().time.total;
   for (size_t i = 0; i < unconstrained.ranked.size(); ++i) {
     const Evaluation& e = unconstrained.ranked[i];
     v1::Plan& plan = *response.add_plans();
@@ -289,6 +334,10 @@ v1::PlanJobResponse ResponseFromResult(const planner::PlanRequest& request,
       plan.add_reasons(Slower(e.time.total, best, "plan 1"));
     }
     AddCommonReasons(e, plan);
+    if (calibration != nullptr) {
+      *plan.mutable_calibration() = *calibration;
+      if (i == 0) plan.add_reasons(CalibrationReason(*calibration));
+    }
   }
   if (constrained != nullptr && !constrained->ranked.empty()) {
     const Evaluation& e = constrained->ranked.front();
@@ -297,29 +346,37 @@ v1::PlanJobResponse ResponseFromResult(const planner::PlanRequest& request,
     plan.add_reasons("the best layout that honours the spec's parallelism");
     if (best > 0) plan.add_reasons(Slower(e.time.total, best, "the best unconstrained plan"));
     AddCommonReasons(e, plan);
+    if (calibration != nullptr) {
+      *plan.mutable_calibration() = *calibration;
+      plan.add_reasons(CalibrationReason(*calibration));
+    }
   }
   for (const planner::RejectedFamily& r : unconstrained.rejected) response.add_rejected(r.reason);
   return response;
 }
 
 absl::StatusOr<v1::PlanJobResponse> PlanJobOnDevices(const v1::JobSpec& spec,
-                                                     const planner::DeviceSpec& cluster,
-                                                     int top_k) {
-  ASSIGN_OR_RETURN(planner::PlanRequest request, PlanRequestFromSpec(spec, cluster, top_k));
+                                                     const planner::DeviceSpec& cluster, int top_k,
+                                                     const v1::PlanCalibration* calibration) {
+  ASSIGN_OR_RETURN(
+      planner::PlanRequest request,
+      PlanRequestFromSpec(
+          spec, calibration != nullptr ? Calibrated(cluster, *calibration) : cluster, top_k));
   if (!request.fixed.any()) {
     ASSIGN_OR_RETURN(planner::PlanResult result, planner::PlanLayouts(request));
-    return ResponseFromResult(request, result, nullptr);
+    return ResponseFromResult(request, result, nullptr, calibration);
   }
   // The constrained search first: when the spec's own layout cannot run, that is the error.
   ASSIGN_OR_RETURN(planner::PlanResult constrained, planner::PlanLayouts(request));
   planner::PlanRequest free = request;
   free.fixed = planner::LayoutConstraints();
   ASSIGN_OR_RETURN(planner::PlanResult unconstrained, planner::PlanLayouts(free));
-  return ResponseFromResult(request, unconstrained, &constrained);
+  return ResponseFromResult(request, unconstrained, &constrained, calibration);
 }
 
 absl::StatusOr<v1::PlanJobResponse> PlanJob(const v1::PlanJobRequest& request,
-                                            const std::vector<v1::Node>& live_nodes) {
+                                            const std::vector<v1::Node>& live_nodes,
+                                            const CalibrationByModel& calibrations) {
   if (!request.has_spec()) {
     return absl::InvalidArgumentError(
         "spec is required: the job to plan, with at least model and resources");
@@ -338,7 +395,8 @@ absl::StatusOr<v1::PlanJobResponse> PlanJob(const v1::PlanJobRequest& request,
         spec.resources().gpus() > 0 ? v1::DEVICE_KIND_GPU : v1::DEVICE_KIND_CPU;
     ASSIGN_OR_RETURN(cluster, DevicesFromNodes(live_nodes, kind));
   }
-  return PlanJobOnDevices(spec, cluster, request.top_k());
+  const v1::PlanCalibration calibration = CalibrationFor(cluster, calibrations);
+  return PlanJobOnDevices(spec, cluster, request.top_k(), &calibration);
 }
 
 }  // namespace loom::planner_service

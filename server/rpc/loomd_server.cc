@@ -65,8 +65,12 @@ absl::StatusOr<std::unique_ptr<LoomdServer>> LoomdServer::Start(const LoomdConfi
   std::unique_ptr<LoomdServer> s(new LoomdServer());
   s->registry_ = std::make_unique<metrics::Registry>();
   s->server_metrics_ = std::make_unique<server_metrics::ServerMetrics>(s->registry_.get());
-  ASSIGN_OR_RETURN(s->store_,
-                   store::OpenSqliteJobStore(absl::StrCat(config.state_dir, "/loomd.db")));
+  const std::string db_path = absl::StrCat(config.state_dir, "/loomd.db");
+  ASSIGN_OR_RETURN(s->store_, store::OpenSqliteJobStore(db_path));
+  // After the job store, which creates and checks the file.
+  ASSIGN_OR_RETURN(s->calibration_store_, calibration::OpenSqliteCalibrationStore(db_path));
+  ASSIGN_OR_RETURN(s->calibrator_,
+                   calibration::Calibrator::Create(s->calibration_store_.get(), clock));
   ASSIGN_OR_RETURN(s->logs_, jobs::LogStore::Open(absl::StrCat(config.state_dir, "/logs")));
   LoomdServer* self = s.get();
   // The checker runs only for RPCs, which start after manager_ is set below.
@@ -83,7 +87,8 @@ absl::StatusOr<std::unique_ptr<LoomdServer>> LoomdServer::Start(const LoomdConfi
   options.rendezvous_address = config.advertise;
   ASSIGN_OR_RETURN(s->manager_, jobs::JobManager::Create(
                                     s->store_.get(), clock, std::move(validator), s->logs_.get(),
-                                    s->rendezvous_.get(), s->server_metrics_.get(), options));
+                                    s->rendezvous_.get(), s->server_metrics_.get(), options,
+                                    s->calibrator_.get()));
   jobs::JobManager* manager = s->manager_.get();
   s->server_metrics_->SetSnapshotSource([manager] { return manager->MetricsSnapshot(); });
   s->job_service_ = std::make_unique<JobServiceImpl>(manager, s->logs_.get());

@@ -1,7 +1,8 @@
-// LoomdServer: loomd assembled. It opens the state directory (SQLite store in WAL mode, job
-// logs), builds the managers, and serves JobService, NodeService and RendezvousService on one
-// gRPC port (with grpc.health.v1 and server reflection) and /metrics on an HTTP port. main.cc
-// adds flags and signals; the rpc tests start it in process on port 0.
+// LoomdServer: loomd assembled. It opens the state directory (SQLite store in WAL mode with the
+// planner's calibration tables, job logs), builds the managers, and serves JobService,
+// NodeService and RendezvousService on one gRPC port (with grpc.health.v1 and server reflection)
+// and /metrics on an HTTP port. main.cc adds flags and signals; the rpc tests start it in process
+// on port 0.
 //
 // Threading: Start() and Shutdown() from one thread; the accessors are thread-safe.
 #pragma once
@@ -16,6 +17,8 @@
 #include "common/clock.h"
 #include "common/metrics.h"
 #include "common/metrics_http_server.h"
+#include "server/calibration/calibration_store.h"
+#include "server/calibration/calibrator.h"
 #include "server/jobs/job_manager.h"
 #include "server/jobs/log_store.h"
 #include "server/metrics/server_metrics.h"
@@ -67,6 +70,8 @@ class LoomdServer {
   std::unique_ptr<metrics::Registry> registry_;
   std::unique_ptr<server_metrics::ServerMetrics> server_metrics_;
   std::unique_ptr<store::JobStore> store_;
+  std::unique_ptr<calibration::CalibrationStore> calibration_store_;
+  std::unique_ptr<calibration::Calibrator> calibrator_;
   std::unique_ptr<jobs::LogStore> logs_;
   std::unique_ptr<rendezvous::RendezvousStore> rendezvous_;
   std::unique_ptr<jobs::JobManager> manager_;
