@@ -2,6 +2,9 @@
 //
 // Threading: only OpenBLAS's own threads. It splits each GEMM's output among its threads and keeps
 // every element's reduction over the inner dimension whole, so results do not depend on the run.
+// In a build without a BLAS library, <cblas.h> is kernels/cpu/cblas_fallback/cblas.h and the
+// GEMMs run the built-in fallback (cpu/sgemm_fallback.h), which splits the output by tile across
+// OpenMP threads with the same whole-reduction property.
 // The bias broadcast and bias gradient are O(N*OC) beside the O(N*C*OC) GEMMs and run on the
 // calling thread: an OpenMP region here would alternate OpenMP's and OpenBLAS's thread pools
 // within one op, and each pool's spinning workers slow the other down (measured: 4x on a loaded

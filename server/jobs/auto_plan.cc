@@ -10,14 +10,23 @@
 namespace loom::jobs {
 namespace {
 
-// The one switch to lift when the parallel runtime runs tensor and pipeline parallelism,
-// recompute and ZeRO-1 for jobs launched by loomd: false lets the planner choose them.
-constexpr bool kAutoRunsDataParallelOnly = true;
+// loom-train runs data, tensor and pipeline parallelism (1F1B or GPipe, any stage boundaries)
+// and ZeRO-1, but no activation recomputation yet, and its ZeRO-1 all-reduces the gradients
+// before all-gathering the parameters (half as many bytes again as plain data parallelism, which
+// the planner's time model does not charge): auto lets the planner choose dp, tp, pp, the
+// micro-batching and the stages, and keeps recompute and ZeRO-1 off. Set to true to go back to
+// plain data parallelism.
+constexpr bool kAutoRunsDataParallelOnly = false;
 
 // Shown in the plan's reasons while the switch is on.
 constexpr char kRuntimeLimit[] =
     "auto is constrained to tensor = pipeline = 1, recompute none, ZeRO-1 off: the training "
     "runtime runs data parallelism only for now";
+
+// Shown in the plan's reasons when the switch is off.
+constexpr char kNoRecompute[] =
+    "auto keeps recompute none and ZeRO-1 off: loom-train has no activation recomputation yet, "
+    "and its ZeRO-1 moves more bytes than plain data parallelism";
 
 AutoPlanOutcome KeepDefault(const v1::Layout& default_layout, const std::string& why) {
   AutoPlanOutcome out;
@@ -47,11 +56,11 @@ AutoPlanOutcome PlanAutoLayout(const v1::JobSpec& requested, const v1::JobSpec& 
   absl::StatusOr<planner::PlanRequest> request = planner_service::PlanRequestFromSpec(
       spec, planner_service::Calibrated(*devices, calibration), /*top_k=*/1);
   if (!request.ok()) return KeepDefault(default_layout, std::string(request.status().message()));
+  request->fixed.recompute = planner::Recompute::kNone;
+  request->fixed.zero1 = false;
   if (kAutoRunsDataParallelOnly) {
     request->fixed.tp = 1;
     request->fixed.pp = 1;
-    request->fixed.recompute = planner::Recompute::kNone;
-    request->fixed.zero1 = false;
   }
   absl::StatusOr<planner::PlanResult> result = planner::PlanLayouts(*request);
   if (!result.ok()) return KeepDefault(default_layout, std::string(result.status().message()));
@@ -84,7 +93,7 @@ AutoPlanOutcome PlanAutoLayout(const v1::JobSpec& requested, const v1::JobSpec& 
   v1::PlanJobResponse response =
       planner_service::ResponseFromResult(*request, *result, nullptr, &calibration);
   v1::Plan plan = std::move(*response.mutable_plans(0));
-  if (kAutoRunsDataParallelOnly) plan.add_reasons(kRuntimeLimit);
+  plan.add_reasons(kAutoRunsDataParallelOnly ? kRuntimeLimit : kNoRecompute);
   out.plan = std::move(plan);
   return out;
 }

@@ -4,6 +4,7 @@
 // through loomd's RendezvousService (LOOM_RENDEZVOUS, scoped to the job and its generation),
 // train to SUCCEEDED, and rank 0's per-step losses equal those of the same spec run as one
 // standalone loom-train process, within relative 1e-5 (fp32: only the reduction order differs).
+// The same for a pipeline of two stages, one per worker.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -143,6 +145,62 @@ TEST_F(DpRendezvousTest, TwoRanksOnTwoWorkersMeetThroughLoomdAndMatchOneProcess)
   std::printf("data=2 through loomd vs one process: max relative loss difference %.3g over %d "
               "steps (first %.7f, last %.7f)\n",
               max_rel, kSteps, dp1[0], dp1[kSteps - 1]);
+}
+
+// Pipeline parallelism through loomd: `tiny` split into 2 stages of one block each (GPipe, to
+// cover the schedule the job spec names), one rank per worker; the ranks build their
+// per-dimension groups through loomd's store (each group under its own key prefix), and the
+// last stage's losses equal one process's.
+TEST_F(DpRendezvousTest, PipelineOfTwoStagesOnTwoWorkersMatchesOneProcess) {
+  // Each stage writes its own checkpoint shard: the ranks need a checkpoint directory they all
+  // see (checkpoint.dir; the default is private to each worker's node).
+  const std::string spec_path = cluster_->WriteFile(
+      "pp2.yaml", SpecYaml("{pipeline: 2, micro_batch: 2, schedule: gpipe}", 2));
+  const std::string shared = spec_path.substr(0, spec_path.rfind('/')) + "/pp2-checkpoints";
+  const std::string file = cluster_->WriteFile(
+      "pp2.yaml", SpecYaml("{pipeline: 2, micro_batch: 2, schedule: gpipe}", 2) +
+                      "checkpoint: {dir: \"" + shared + "\"}\n");
+  const CommandResult submit =
+      cluster_->Loomctl({"submit", "-f", file, "--wait"}, absl::Seconds(240));
+  ASSERT_EQ(submit.exit_code, 0) << submit.Describe();
+  const std::string name = submit.out.substr(0, submit.out.find('\n'));
+  const CommandResult get = cluster_->Loomctl({"get", name, "-o", "json"});
+  ASSERT_EQ(get.exit_code, 0) << get.Describe();
+  const nlohmann::json job = nlohmann::json::parse(get.out, nullptr, false);
+  ASSERT_FALSE(job.is_discarded()) << get.out;
+  EXPECT_EQ(job["state"], "SUCCEEDED") << job.dump(2);
+
+  const CommandResult logs = cluster_->Loomctl({"logs", name, "--rank", "1"});
+  ASSERT_EQ(logs.exit_code, 0) << logs.Describe();
+  EXPECT_THAT(logs.out, HasSubstr("through loomd's RendezvousService at"));
+  EXPECT_THAT(logs.out, HasSubstr("pp=2 (blocks 1/1)"));
+  EXPECT_THAT(logs.out, HasSubstr("schedule gpipe"));
+  EXPECT_THAT(logs.out, HasSubstr("this rank dp 0, tp 0, pp 1, blocks [1, 2)"));
+  // The final checkpoint of both stages' shards, in the directory both ranks see.
+  EXPECT_TRUE(std::filesystem::exists(shared + "/step-000020/manifest.json")) << logs.out;
+  EXPECT_TRUE(std::filesystem::exists(shared + "/step-000020/model-pp01-tp00.safetensors"));
+  const std::vector<double> pp2 = StepLosses(logs.out);
+  ASSERT_EQ(pp2.size(), static_cast<size_t>(kSteps)) << logs.out;
+
+  const std::string one_file = cluster_->WriteFile("one.yaml", SpecYaml("{micro_batch: 2}", 1));
+  const std::string bin_dir =
+      cluster_->loomctl_path().substr(0, cluster_->loomctl_path().rfind('/'));
+  ASSERT_EQ(setenv("OMP_NUM_THREADS", "1", 1), 0);
+  ASSERT_EQ(setenv("OPENBLAS_NUM_THREADS", "1", 1), 0);
+  const CommandResult one =
+      RunCommand({bin_dir + "/loom-train", "--spec", one_file, "--quiet"}, absl::Seconds(240));
+  ASSERT_EQ(one.exit_code, 0) << one.Describe();
+  const std::vector<double> pp1 = StepLosses(one.out);
+  ASSERT_EQ(pp1.size(), static_cast<size_t>(kSteps)) << one.Describe();
+  double max_rel = 0.0;
+  for (int s = 0; s < kSteps; ++s) {
+    const double rel = std::fabs(pp2[s] - pp1[s]) / std::max(std::fabs(pp1[s]), 1e-30);
+    max_rel = std::max(max_rel, rel);
+    EXPECT_LE(rel, 1e-5) << "step " << s + 1 << ": pipeline=2 through loomd " << pp2[s]
+                         << " vs one process " << pp1[s];
+  }
+  std::printf("pipeline=2 through loomd vs one process: max relative loss difference %.3g\n",
+              max_rel);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/train/test_util.h"
+#include "worker/train/comm/bootstrap.h"
 #include "worker/train/config/json.h"
 
 namespace loom::train {
@@ -156,13 +157,21 @@ TEST(CliTest, BadInputExitsTwoWithAOneLineMessage) {
   expect_bad("", "--spec typo.yaml", "typo.yaml: train.learning_rate: unknown key");
   expect_bad("", "--spec missing.yaml", "missing.yaml: cannot open");
   expect_bad("", "--preset tiny " + flags + " --seq-len 65", "train.seq_len: expected 1..64");
-  expect_bad("LOOM_LAYOUT=data=1,tensor=2,pipeline=1,micro_batch=1,num_micro_batches=1",
-             "--preset tiny " + flags, "LOOM_LAYOUT: tensor and pipeline must be 1");
+  // Issue 4's bad layouts reach the process as exit 2 before any rendezvous.
+  expect_bad(
+      "LOOM_WORLD_SIZE=3 LOOM_LAYOUT=data=1,tensor=1,pipeline=3,micro_batch=1,num_micro_batches=2",
+      "--preset tiny " + flags, "LOOM_LAYOUT pipeline: 3 stages for 2 blocks");
+  expect_bad(
+      "LOOM_WORLD_SIZE=2 LOOM_LAYOUT=data=1,tensor=1,pipeline=2,micro_batch=1,num_micro_batches=2",
+      "--preset tiny " + flags + " --export-llmc m.bin",
+      "--export-llmc: llm.c model files need the whole model on each rank");
   expect_bad("LOOM_LAYOUT=data=2,tensor=1,pipeline=1,micro_batch=1,num_micro_batches=1",
-             "--preset tiny " + flags, "LOOM_LAYOUT: data*tensor*pipeline = 2 but LOOM_WORLD_SIZE = 1");
-  expect_bad("LOOM_WORLD_SIZE=2 LOOM_RANK=0 "
-             "LOOM_LAYOUT=data=2,tensor=1,pipeline=1,micro_batch=1,num_micro_batches=2",
-             "--preset tiny " + flags + " --global-batch-tokens 64", "LOOM_WORLD_SIZE: 2 ranks need");
+             "--preset tiny " + flags,
+             "LOOM_LAYOUT: data*tensor*pipeline = 2 but LOOM_WORLD_SIZE = 1");
+  expect_bad(
+      "LOOM_WORLD_SIZE=2 LOOM_RANK=0 "
+      "LOOM_LAYOUT=data=2,tensor=1,pipeline=1,micro_batch=1,num_micro_batches=2",
+      "--preset tiny " + flags + " --global-batch-tokens 64", "LOOM_WORLD_SIZE: 2 ranks need");
   WriteText(dir / "tokens.bin", std::string(1024, '\0'));
   expect_bad("", "--preset tiny --data tokens.bin --steps 2", "tokens.bin: bad magic 0");
 
@@ -208,6 +217,43 @@ TEST(CliTest, TokenizeTrainExportAndImport) {
   for (size_t i = 0; i < (a.size() - 1024) / 4; ++i)
     diff = std::max(diff, double{std::fabs(fa[i] - fb[i])});
   EXPECT_LT(diff, 1e-6);
+}
+
+// Ranks that see different checkpoints (a checkpoint directory not shared between nodes) would
+// train different steps and hang in their collectives: they compare what they found first and
+// all exit 2, naming checkpoint.dir.
+TEST(CliTest, RanksSeeingDifferentCheckpointsExitTwo) {
+  if (!HaveMultiProcessComm()) GTEST_SKIP() << "built without Gloo: two ranks need it";
+  TempDir dir;
+  const std::string flags =
+      "--data-builtin tiny-corpus --preset tiny --batch 1 --seq-len 16 "
+      "--global-batch-tokens 32 --quiet";
+  Result first = RunBinary(dir, "", flags + " --steps 2 --checkpoint-dir ck-a");
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  ASSERT_TRUE(std::filesystem::exists(dir / "ck-a/step-000002/manifest.json"));
+  // Rank 0 sees ck-a (step 2), rank 1 an empty ck-b.
+  // (Statements, not an && list: a list ending in & would run in the background as a whole.)
+  std::string cmd = "cd '" + dir.path() + "' || exit 1; export LOOM_WORLD_SIZE=2 " +
+                    "LOOM_COMM_TIMEOUT_S=60 " +
+                    "LOOM_LAYOUT=data=2,tensor=1,pipeline=1,micro_batch=1,num_micro_batches=1 " +
+                    "LOOM_RENDEZVOUS_DIR=rv; ";
+  for (int r = 0; r < 2; ++r) {
+    cmd += "(LOOM_RANK=" + std::to_string(r) + " '" + LOOM_TRAIN_BIN + "' " + flags +
+           " --steps 4 --checkpoint-dir ck-" + (r == 0 ? "a" : "b") + " 2>err" + std::to_string(r) +
+           ".txt; echo $? >rc" + std::to_string(r) + ".txt) & ";
+  }
+  cmd += "wait";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  for (int r = 0; r < 2; ++r) {
+    const std::string rc = ReadText(dir / ("rc" + std::to_string(r) + ".txt"));
+    const std::string err = ReadText(dir / ("err" + std::to_string(r) + ".txt"));
+    EXPECT_EQ(rc, "2\n") << "rank " << r << ":\n" << err;
+    EXPECT_THAT(err, HasSubstr("checkpoint.dir: the ranks see different checkpoints (rank 0: "
+                               "step 2, rank 1: none)"))
+        << "rank " << r;
+  }
+  // Nothing was trained or saved on top.
+  EXPECT_FALSE(std::filesystem::exists(dir / "ck-a/step-000004"));
 }
 
 }  // namespace

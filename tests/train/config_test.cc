@@ -2,6 +2,7 @@
 // and the rank environment.
 #include <map>
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -291,14 +292,58 @@ TEST(LayoutTest, ParsesAndRefusesParallelismForNow) {
   env.world_size = 4;  // the layout must cover the world
   EXPECT_THAT(ErrorOf([&] { ResolveBatchShape(c, env); }),
               HasSubstr("LOOM_LAYOUT: data*tensor*pipeline = 2 but LOOM_WORLD_SIZE = 4"));
+  // Tensor fastest, then data, then pipeline: rank 3 of (dp 1, tp 2, pp 2) is tp 1 of stage 1.
   env.layout = ParseLayout("data=1,tensor=2,pipeline=2,micro_batch=4,num_micro_batches=2");
-  EXPECT_THAT(ErrorOf([&] { ResolveBatchShape(c, env); }),
-              HasSubstr("LOOM_LAYOUT: tensor and pipeline must be 1"));
+  env.rank = 3;
+  s = ResolveBatchShape(c, env);
+  EXPECT_EQ(s.tp_rank, 1);
+  EXPECT_EQ(s.dp_rank, 0);
+  EXPECT_EQ(s.pp_rank, 1);
+  EXPECT_EQ(s.stage_bounds, (std::vector<int>{0, 1, 2}));
   env.world_size = 1;
   env.rank = 0;
   env.layout = ParseLayout("data=1,tensor=1,pipeline=1,micro_batch=4,num_micro_batches=1");
   EXPECT_THAT(ErrorOf([&] { ResolveBatchShape(c, env); }),
               HasSubstr("but train.global_batch_tokens = 256"));
+}
+
+// Issue 4's bad layouts, each a clear InputError (exit 2) naming LOOM_LAYOUT: a product that
+// is not the world size, tp not dividing the heads, more stages than blocks, and stage blocks
+// that skip or repeat a block.
+TEST(LayoutTest, BadParallelLayoutsAreRefused) {
+  JobConfig c = FromYaml(
+      "model: {layers: 4, hidden: 64, heads: 4, seq_len: 64, vocab: 256}\n"
+      "data: {builtin: tiny-corpus}\ntrain: {steps: 5, seq_len: 32, global_batch_tokens: 256}\n");
+  RankEnv env;
+  env.has_layout = true;
+  auto error = [&](const std::string& layout, int world) {
+    env.layout = ParseLayout(layout);
+    env.world_size = world;
+    env.rank = 0;
+    return ErrorOf([&] { ResolveBatchShape(c, env); });
+  };
+  // A good one first, so that the others fail for their own reason.
+  EXPECT_EQ(error("data=2,tensor=2,pipeline=2,micro_batch=1,num_micro_batches=4", 8), "");
+  EXPECT_EQ(error("data=1,tensor=1,pipeline=2,micro_batch=1,num_micro_batches=8,blocks=3/1", 2),
+            "");
+  EXPECT_THAT(error("data=2,tensor=2,pipeline=2,micro_batch=1,num_micro_batches=4", 4),
+              HasSubstr("data*tensor*pipeline = 8 but LOOM_WORLD_SIZE = 4"));
+  EXPECT_THAT(error("data=1,tensor=3,pipeline=1,micro_batch=1,num_micro_batches=8", 3),
+              HasSubstr("LOOM_LAYOUT tensor: 3 does not divide the model's 4 heads"));
+  EXPECT_THAT(error("data=1,tensor=1,pipeline=5,micro_batch=1,num_micro_batches=8", 5),
+              HasSubstr("LOOM_LAYOUT pipeline: 5 stages for 4 blocks"));
+  // 1 + 2 = 3 blocks skip the last one; 2 + 3 = 5 repeat one.
+  EXPECT_THAT(error("data=1,tensor=1,pipeline=2,micro_batch=1,num_micro_batches=8,blocks=1/2", 2),
+              HasSubstr("LOOM_LAYOUT blocks: blocks=1/2 must give one count per stage"));
+  EXPECT_THAT(error("data=1,tensor=1,pipeline=2,micro_batch=1,num_micro_batches=8,blocks=2/3", 2),
+              HasSubstr("summing to the model's 4 blocks"));
+  EXPECT_THAT(error("data=1,tensor=1,pipeline=2,micro_batch=1,num_micro_batches=8,blocks=1/1/2", 2),
+              HasSubstr("LOOM_LAYOUT blocks"));
+  EXPECT_THAT(ErrorOf([] { ParseLayout("data=1,micro_batch=1,num_micro_batches=1,blocks=2/0"); }),
+              HasSubstr("LOOM_LAYOUT blocks"));
+  EXPECT_THAT(
+      ErrorOf([] { ParseLayout("data=1,micro_batch=1,num_micro_batches=1,schedule=zigzag"); }),
+      HasSubstr("LOOM_LAYOUT schedule: expected 1f1b or gpipe"));
 }
 
 TEST(LayoutTest, StandaloneBatchShape) {
@@ -333,6 +378,13 @@ TEST(FlagsTest, FlagsOverlayTheSpec) {
   EXPECT_EQ(f.export_llmc, "m.bin");
   EXPECT_THAT(ErrorOf([] { ParseFlags({"--stepz", "3"}); }), HasSubstr("--stepz: unknown flag"));
   EXPECT_THAT(ErrorOf([] { ParseFlags({"--steps"}); }), HasSubstr("--steps: expected a value"));
+  EXPECT_TRUE(f.dp_overlap);  // the default
+  EXPECT_FALSE(ParseFlags({"--dp-overlap", "false"}).dp_overlap);
+  EXPECT_TRUE(ParseFlags({"--dp-overlap=true"}).dp_overlap);
+  EXPECT_THAT(ErrorOf([] {
+                ParseFlags({"--dp-overlap", "maybe"});
+              }),
+              HasSubstr("--dp-overlap: expected true or false"));
 }
 
 TEST(RankEnvTest, ReadsTheContractVariables) {

@@ -11,6 +11,7 @@
 #include "worker/train/config/rank_env.h"
 #include "worker/train/data/dataset.h"
 #include "worker/train/optim/adamw.h"
+#include "worker/train/parallel/zero_optimizer.h"
 
 namespace loom::train {
 namespace {
@@ -119,6 +120,44 @@ TEST(ClipTest, ScalesToTheMaximumNorm) {
   std::vector<TensorInfo> table = {{"a", {2}, 0, 2, true}};
   std::vector<float> h = {3.0f, 4.0f};
   EXPECT_DOUBLE_EQ(GradNorm(h.data(), table), 5.0);
+}
+
+// ZeRO-1's ranges cover the buffer once, and AdamW over ranges updates exactly as AdamW over
+// the whole buffer (the update is elementwise; a range may cut a tensor).
+TEST(ZeroTest, RangesCoverTheBufferAndRangedUpdatesMatchTheWhole) {
+  for (size_t n : {size_t{1}, size_t{2}, size_t{10}, size_t{1001}}) {
+    for (int size : {1, 2, 3, 4}) {
+      size_t next = 0;
+      for (int r = 0; r < size; ++r) {
+        ZeroRange z = ZeroRangeOf(n, size, r);
+        EXPECT_EQ(z.begin, next) << "n=" << n << " size=" << size << " rank " << r;
+        EXPECT_LE(z.end - z.begin, z.shard);
+        next = z.end;
+      }
+      EXPECT_EQ(next, n);
+    }
+  }
+  JobConfig c = TinyConfig(1);
+  std::vector<TensorInfo> table = ParamTable(c.model);
+  const size_t n = ParamCount(table);
+  std::vector<float> whole(n), ranged(n), grads(n);
+  InitParams(whole.data(), table, c.model.layers, 3);
+  ranged = whole;
+  for (size_t i = 0; i < n; ++i) grads[i] = 0.01f * static_cast<float>((i * 7919) % 13) - 0.06f;
+  AdamW full(n, AdamWConfig{});
+  std::vector<AdamW> parts;
+  for (int r = 0; r < 3; ++r) {
+    ZeroRange z = ZeroRangeOf(n, 3, r);
+    parts.emplace_back(n, AdamWConfig{}, z.begin, z.end);
+  }
+  for (int step = 0; step < 3; ++step) {
+    full.Update(whole.data(), grads.data(), table, 1e-3f);
+    for (AdamW& p : parts) p.Update(ranged.data(), grads.data(), table, 1e-3f);
+  }
+  EXPECT_EQ(0, std::memcmp(whole.data(), ranged.data(), n * sizeof(float)));
+  // Each rank keeps the moments of its third only.
+  EXPECT_LE(parts[0].bytes_allocated(), 2 * ZeroRangeOf(n, 3, 0).shard * sizeof(float));
+  EXPECT_LT(parts[0].bytes_allocated(), full.bytes_allocated() / 2);
 }
 
 }  // namespace

@@ -139,6 +139,37 @@ absl::StatusOr<std::optional<loom::v1::StepReport>> ParseProgressLine(std::strin
       (*report.mutable_phase_seconds())[name] = v.number_value();
     }
   }
+  if (const Value* bytes = Find(obj, "comm_bytes");
+      bytes != nullptr && bytes->kind_case() != Value::kNullValue) {
+    if (bytes->kind_case() != Value::kStructValue) {
+      return absl::InvalidArgumentError("field \"comm_bytes\" must be an object of counts");
+    }
+    // Collective kinds become label values upstream: keep them bounded.
+    if (bytes->struct_value().fields_size() > 16) {
+      return absl::InvalidArgumentError("field \"comm_bytes\" has more than 16 entries");
+    }
+    for (const auto& [name, v] : bytes->struct_value().fields()) {
+      uint64_t n = 0;
+      if (name.empty() || name.size() > 64 ||
+          !ReadBytes(bytes->struct_value(), name.c_str(), &n).ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("field \"comm_bytes\": entry \"", name.substr(0, 64),
+                         "\" must be a non-negative integer with a name of 1..64 characters"));
+      }
+      (*report.mutable_comm_bytes())[name] = n;
+    }
+  }
+  double overlap = 0, bubble = 0, idle = 0;
+  for (auto [key, out] : {std::pair{"overlap_ratio", &overlap}, std::pair{"bubble_ratio", &bubble},
+                          std::pair{"idle_ratio", &idle}}) {
+    if (absl::Status e = ReadDouble(obj, key, out); !e.ok()) return e;
+    if (*out < 0.0 || *out > 1.0) {
+      return absl::InvalidArgumentError(absl::StrCat("field \"", key, "\" must be in [0, 1]"));
+    }
+  }
+  report.set_overlap_ratio(overlap);
+  report.set_bubble_ratio(bubble);
+  report.set_idle_ratio(idle);
   return std::optional<loom::v1::StepReport>(std::move(report));
 }
 

@@ -19,7 +19,12 @@ std::string Progress::StepJson(const StepResult& r) const {
     phases.Add(PhaseName(static_cast<Phase>(p)), r.times.seconds[p]);
   }
   JsonObject comm_bytes;  // bytes moved per collective kind
-  comm_bytes.Add("all_reduce", static_cast<uint64_t>(r.allreduce_bytes));
+  comm_bytes.Add("all_reduce", static_cast<uint64_t>(r.allreduce_bytes))
+      .Add("tp_all_reduce", static_cast<uint64_t>(r.comm.tp_all_reduce))
+      .Add("pp_send_recv", static_cast<uint64_t>(r.comm.pp_send_recv))
+      .Add("emb_all_reduce", static_cast<uint64_t>(r.comm.emb_all_reduce))
+      .Add("all_gather", static_cast<uint64_t>(r.comm.all_gather))
+      .Add("world_all_reduce", static_cast<uint64_t>(r.comm.world_all_reduce));
   JsonObject o;
   o.Add("event", "step")
       .Add("rank", rank_)
@@ -32,6 +37,10 @@ std::string Progress::StepJson(const StepResult& r) const {
       .Add("step_seconds", r.times.step_seconds)
       .AddRaw("phases", phases.str())
       .AddRaw("comm_bytes", comm_bytes.str())
+      .Add("dp_comm_seconds", r.dp_comm_seconds)
+      .Add("overlap_ratio", r.overlap_ratio)
+      .Add("bubble_ratio", r.bubble_ratio)
+      .Add("idle_ratio", r.idle_ratio)
       .Add("memory_bytes", static_cast<uint64_t>(r.memory_bytes))
       .Add("peak_memory_bytes", static_cast<uint64_t>(r.peak_memory_bytes))
       .Add("rss_bytes", static_cast<uint64_t>(r.rss_bytes));

@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "worker/train/checkpoint/checkpoint.h"
 #include "worker/train/checkpoint/llmc.h"
@@ -53,11 +55,11 @@ JobConfig LoadConfig(const Flags& flags, const RankEnv& env) {
   return JobConfigFromValue(merged, source.empty() ? "flags" : source);
 }
 
-// The world communicator of this rank (DESIGN.md, "Communication"). With tensor = pipeline = 1
-// the world is the data-parallel group.
-std::unique_ptr<Communicator> ConnectRanks(const Flags& flags, const RankEnv& env,
-                                           const std::function<const char*(const char*)>& getenv,
-                                           const RunOptions& options) {
+// The communicators of this rank, one per dimension and the world (DESIGN.md,
+// "Communication", parallel/process_groups.h).
+ProcessGroups ConnectRanks(const Flags& flags, const RankEnv& env, const BatchShape& shape,
+                           const std::function<const char*(const char*)>& getenv,
+                           const RunOptions& options) {
   RendezvousConfig rc;
   rc.job = env.job;
   rc.generation = env.generation;
@@ -72,22 +74,56 @@ std::unique_ptr<Communicator> ConnectRanks(const Flags& flags, const RankEnv& en
     char* end = nullptr;
     double seconds = std::strtod(t, &end);
     if (*end != '\0' || !(seconds > 0.0) || seconds > 86400.0) {
-      throw BadInput("LOOM_COMM_TIMEOUT_S", std::string("expected seconds in (0, 86400], got \"") +
-                                                t + "\"");
+      throw BadInput("LOOM_COMM_TIMEOUT_S",
+                     std::string("expected seconds in (0, 86400], got \"") + t + "\"");
     }
     rc.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000.0)));
   }
-  std::unique_ptr<Communicator> world = ConnectWorld(rc);
+  ProcessGroups groups = ConnectGroups(rc, shape);
   if (rc.world_size > 1) {
     // Says which way the ranks met, so a log shows whether loomd or a directory was used.
-    std::fprintf(stderr, "loom-train: rank %d of %d connected through %s\n", rc.rank,
-                 rc.world_size, DescribeRendezvous(rc).c_str());
+    std::fprintf(stderr, "loom-train: rank %d of %d connected through %s\n", rc.rank, rc.world_size,
+                 DescribeRendezvous(rc).c_str());
   }
-  return world;
+  return groups;
 }
 
-int Run(const std::vector<std::string>& args,
-        const std::function<const char*(const char*)>& getenv, const RunOptions& options) {
+// "dp=2 tp=2 pp=2 (blocks 2/2), 1f1b, zero1 on".
+std::string LayoutString(const BatchShape& s) {
+  std::string blocks;
+  for (int p = 0; p < s.pp_size; ++p) {
+    blocks += (p ? "/" : "") + std::to_string(s.stage_bounds[p + 1] - s.stage_bounds[p]);
+  }
+  return "dp=" + std::to_string(s.dp_size) + " tp=" + std::to_string(s.tp_size) +
+         " pp=" + std::to_string(s.pp_size) + " (blocks " + blocks + "), micro-batch " +
+         std::to_string(s.B) + " x " + std::to_string(s.K) + ", schedule " + s.schedule +
+         ", zero1 " + (s.zero1 ? "on" : "off");
+}
+
+// Every rank must resume from the same step, or the gang would train different steps and hang
+// in its collectives: the ranks compare what they found (a checkpoint directory that is not
+// shared between nodes shows here) before anyone loads.
+void AgreeOnResume(const std::optional<std::string>& resume, const ProcessGroups& groups,
+                   const RankEnv& env) {
+  // Steps travel as floats: exact below 2^24.
+  float mine = resume ? static_cast<float>(ReadCheckpointMeta(*resume).step) : -1.0f;
+  std::vector<float> all(static_cast<size_t>(env.world_size));
+  groups.world->AllGather(&mine, all.data(), 1)->Wait();
+  for (int r = 0; r < env.world_size; ++r) {
+    if (all[r] == all[0]) continue;
+    auto seen = [](float step) {
+      return step < 0 ? std::string("none") : "step " + std::to_string(static_cast<int64_t>(step));
+    };
+    throw BadInput("checkpoint.dir",
+                   "the ranks see different checkpoints (rank 0: " + seen(all[0]) + ", rank " +
+                       std::to_string(r) + ": " + seen(all[r]) +
+                       "); every rank must see the same checkpoint directory: set checkpoint.dir "
+                       "to a shared file system when the ranks run on several nodes");
+  }
+}
+
+int Run(const std::vector<std::string>& args, const std::function<const char*(const char*)>& getenv,
+        const RunOptions& options) {
   Flags flags = ParseFlags(args);
   if (flags.help) {
     std::fputs(FlagsUsage(), stdout);
@@ -108,14 +144,25 @@ int Run(const std::vector<std::string>& args,
 
   Dataset data = Dataset::Load(config.data_path, config.data_builtin, config.val_path,
                                config.model.vocab, config.seq_len);
-  // Outlives the trainer, which uses it.
-  std::unique_ptr<Communicator> world = ConnectRanks(flags, env, getenv, options);
-  const size_t bucket_bytes =
+  const bool sharded = shape.tp_size > 1 || shape.pp_size > 1;
+  if (sharded && (!flags.init_from_llmc.empty() || !flags.export_llmc.empty())) {
+    throw BadInput(flags.init_from_llmc.empty() ? "--export-llmc" : "--init-from-llmc",
+                   "llm.c model files need the whole model on each rank (tensor = pipeline = "
+                   "1); convert through a checkpoint instead");
+  }
+  // Outlive the trainer, which uses them.
+  ProcessGroups groups = ConnectRanks(flags, env, shape, getenv, options);
+  TrainerOptions trainer_options;
+  trainer_options.bucket_bytes =
       std::max<size_t>(sizeof(float), static_cast<size_t>(flags.dp_bucket_mb * 1048576.0));
-  Trainer trainer(config, shape, data, world.get(), bucket_bytes);
+  trainer_options.dp_overlap = flags.dp_overlap;
+  TrainerComms comms{groups.world.get(), groups.dp.get(), groups.tp.get(), groups.pp.get(),
+                     groups.emb.get()};
+  Trainer trainer(config, shape, data, comms, trainer_options);
   if (!flags.init_from_llmc.empty()) ImportLlmc(flags.init_from_llmc, &trainer.model());
   std::optional<std::string> resume;
   if (!checkpoint_dir.empty()) resume = FindLatestCheckpoint(checkpoint_dir);
+  if (!checkpoint_dir.empty() && env.world_size > 1) AgreeOnResume(resume, groups, env);
   if (resume) {
     CheckpointMeta meta = trainer.Resume(*resume);
     std::fprintf(stderr, "loom-train: resumed from %s (step %lld)\n", resume->c_str(),
@@ -133,12 +180,19 @@ int Run(const std::vector<std::string>& args,
       config.preset.empty() ? "model" : config.preset.c_str(), DimsString(config.model).c_str(),
       trainer.model().num_params(), static_cast<long long>(config.steps), shape.K, shape.B, shape.T,
       config.lr, checkpoint_dir.empty() ? ", no checkpoint dir" : "");
+  if (env.world_size > 1) {
+    std::fprintf(stderr,
+                 "loom-train: rank %d of %d: layout %s; this rank dp %d, tp %d, pp %d, blocks "
+                 "[%d, %d)\n",
+                 env.rank, env.world_size, LayoutString(shape).c_str(), shape.dp_rank,
+                 shape.tp_rank, shape.pp_rank, shape.first_block(), shape.last_block());
+  }
   if (shape.dp_size > 1) {
     std::fprintf(stderr, "loom-train: rank %d of %d, data parallel %d, %zu gradient buckets\n",
                  env.rank, env.world_size, shape.dp_size, trainer.num_buckets());
   }
-  // Every dp rank holds the same state; dp rank 0 alone writes checkpoints.
-  const bool writes_checkpoints = !checkpoint_dir.empty() && shape.dp_rank == 0;
+  // Every rank takes part in a save (Trainer::Save): dp rank 0 of each shard writes it.
+  const bool writes_checkpoints = !checkpoint_dir.empty();
 
   Progress progress(env.rank, config.steps, env.progress_fd, ::isatty(2) == 1 && !flags.quiet);
   while (trainer.step() < config.steps) {
@@ -150,7 +204,9 @@ int Run(const std::vector<std::string>& args,
     }
     const bool periodic = config.checkpoint_every > 0 && r.step % config.checkpoint_every == 0;
     if (writes_checkpoints && (periodic || last)) {
-      progress.Checkpoint(r.step, trainer.Save(checkpoint_dir, env.generation));
+      const std::string saved = trainer.Save(checkpoint_dir, env.generation);
+      // Announced by the ranks that wrote a shard, as before by the one writer of dp.
+      if (shape.dp_rank == 0) progress.Checkpoint(r.step, saved);
     }
   }
   if (!flags.export_llmc.empty() && shape.dp_rank == 0) {
@@ -163,8 +219,7 @@ int Run(const std::vector<std::string>& args,
 }  // namespace
 
 int RunLoomTrain(const std::vector<std::string>& args,
-                 const std::function<const char*(const char*)>& getenv,
-                 const RunOptions& options) {
+                 const std::function<const char*(const char*)>& getenv, const RunOptions& options) {
   try {
     return Run(args, getenv, options);
   } catch (const InputError& e) {

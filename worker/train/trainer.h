@@ -1,9 +1,25 @@
-// The training loop's core: one optimizer step = K micro-batches of forward and backward with
-// gradient accumulation, the mean of the gradients over the data-parallel ranks (bucketed
-// all-reduces overlapping the last micro-batch's backward, parallel/grad_buckets.h), global
-// norm clipping, and an AdamW update at the scheduled learning rate. Deterministic: the same
-// seed, data and batch shape give the same bits on a given machine, resumed or not; the same
-// global batch gives the same losses under any dp, up to the order of the reductions.
+// The training loop's core: one optimizer step of a rank under any layout (DESIGN.md, "Layout",
+// "DP", "TP", "PP").
+//
+//   - The rank holds the part of the model its coordinates give (GPT with a ModelShard: its
+//     pipeline stage's blocks, its tensor-parallel slice) and runs the stage's pipeline schedule
+//     (parallel/pipeline_schedule.h, 1F1B or GPipe) over the step's K micro-batches: a stage
+//     that is not the first receives its input activations (B, T, C) from the stage before, one
+//     that is not the last sends its output to the next and receives the gradient of that
+//     output back; the gradient of the input goes back to the stage before.
+//   - Gradients accumulate over the K micro-batches and are averaged over the data-parallel
+//     group once per step, in buckets launched during the last micro-batch's backward
+//     (parallel/grad_buckets.h); with PP > 1 the first and the last stage then sum the tied
+//     embedding's gradient (wte is held by both).
+//   - The loss is computed by the last stage and shared with every rank; the gradient norm sums
+//     each tensor once (TensorInfo::owner, on dp rank 0) over the world. Clipping, then AdamW,
+//     or ZeRO-1 (parallel/zero_optimizer.h): each dp rank updates its range and the ranges are
+//     all-gathered.
+// Deterministic: the same seed, data and batch shape give the same bits on a given machine,
+// resumed or not; the same global batch gives the same losses under any layout, up to the
+// order of the reductions.
+//
+// Threading: the training thread only; the communicators run their own threads.
 #ifndef LOOM_WORKER_TRAIN_TRAINER_H_
 #define LOOM_WORKER_TRAIN_TRAINER_H_
 
@@ -21,42 +37,84 @@
 #include "worker/train/model/gpt.h"
 #include "worker/train/optim/adamw.h"
 #include "worker/train/parallel/grad_buckets.h"
+#include "worker/train/parallel/pipeline_schedule.h"
+#include "worker/train/parallel/zero_optimizer.h"
 #include "worker/train/profiler/step_profiler.h"
 
 namespace loom::train {
 
+// Bytes this rank moved in one step, per collective kind (what it contributed; an all-reduce of
+// n floats counts 4n bytes).
+struct CommBytes {
+  size_t dp_all_reduce = 0;     // gradient buckets over the dp group
+  size_t tp_all_reduce = 0;     // the model's tensor-parallel all-reduces (from the shapes)
+  size_t pp_send_recv = 0;      // activations and gradients sent and received
+  size_t emb_all_reduce = 0;    // the tied embedding's gradient between the first and last stage
+  size_t all_gather = 0;        // ZeRO-1's parameter all-gather
+  size_t world_all_reduce = 0;  // loss and gradient norm
+};
+
 struct StepResult {
-  int64_t step = 0;        // completed optimizer steps, 1-based (the contract's "step")
-  float loss = 0.0f;       // mean training loss over the step's micro-batches, all dp ranks
-  double lr = 0.0;         // learning rate used
-  double grad_norm = 0.0;  // global gradient norm before clipping
-  StepTimes times;         // phase kCommExposed: waiting on the dp all-reduces
-  size_t allreduce_bytes = 0;  // bytes this rank all-reduced in the step (0 when dp = 1)
+  int64_t step = 0;            // completed optimizer steps, 1-based (the contract's "step")
+  float loss = 0.0f;           // mean training loss over the step's global batch
+  double lr = 0.0;             // learning rate used
+  double grad_norm = 0.0;      // global gradient norm before clipping
+  StepTimes times;             // kCommExposed: waiting on collectives; kBubble: on pipeline peers
+  size_t allreduce_bytes = 0;  // bytes this rank all-reduced in the step over dp (0 when dp = 1)
+  CommBytes comm;
+  double dp_comm_seconds = 0.0;  // time the dp buckets kept the communication thread busy
+  // Derived ratios (0 when not applicable):
+  double overlap_ratio = 0.0;    // 1 - wait on the dp buckets / dp_comm_seconds (dp > 1)
+  double bubble_ratio = 0.0;     // bubble / step time (pp > 1)
+  double idle_ratio = 0.0;       // (comm_exposed + bubble) / step time
   size_t memory_bytes = 0;       // bytes allocated by the training core now
   size_t peak_memory_bytes = 0;  // and at most so far
   size_t rss_bytes = 0;          // resident set size of the process
 };
 
+// The groups a trainer uses (not owned; they outlive the trainer). nullptr = a group of one.
+// Sizes and ranks must match the batch shape (checked).
+struct TrainerComms {
+  Communicator* world = nullptr;
+  Communicator* dp = nullptr;
+  Communicator* tp = nullptr;
+  Communicator* pp = nullptr;
+  Communicator* emb = nullptr;  // stage 0 and PP-1 of this (dp, tp), when PP > 1
+};
+
+struct TrainerOptions {
+  size_t bucket_bytes = kDefaultBucketBytes;  // dp gradient bucket size
+  // Launch the dp buckets during backward (true) or all after it (false; for the benchmark).
+  bool dp_overlap = true;
+};
+
 class Trainer {
  public:
-  // Builds the model (GPT-2 initialisation from config.seed) and the optimizer. `data` must
-  // outlive the trainer. `dp` is the data-parallel group (size shape.dp_size, rank
-  // shape.dp_rank; it must outlive the trainer); nullptr or a group of one trains alone.
-  // Gradients travel in buckets of at most `bucket_bytes`.
+  // Builds this rank's part of the model (GPT-2 initialisation from config.seed: every shard
+  // starts from its slice of the single-rank model) and the optimizer. `data` must outlive the
+  // trainer. A shape with empty stage_bounds is one stage holding every block.
+  Trainer(const JobConfig& config, const BatchShape& shape, const Dataset& data,
+          const TrainerComms& comms, const TrainerOptions& options = {});
+  // Data parallel only: `dp` is both the world and the dp group (nullptr trains alone).
   Trainer(const JobConfig& config, const BatchShape& shape, const Dataset& data,
           Communicator* dp = nullptr, size_t bucket_bytes = kDefaultBucketBytes);
 
-  // Runs one optimizer step. Throws InputError when the loss is not finite (diverged),
-  // CommError when a data-parallel collective failed.
+  // Runs one optimizer step (every rank of the world together). Throws InputError when the loss
+  // is not finite (diverged), CommError when a collective failed.
   StepResult Step();
 
-  // Mean loss over the fixed validation batches (at most kMaxEvalBatches micro-batches).
+  // Mean loss over the fixed validation batches (at most kMaxEvalBatches micro-batches), run
+  // through the pipeline forward only; the same on every rank. Every rank must call it.
   float Evaluate();
 
-  // Saves a checkpoint of the current state under `root`; returns its directory.
-  std::string Save(const std::string& root, int64_t generation) const;
+  // Saves a checkpoint of the current state under `root` and returns its directory. Every rank
+  // must call it: dp rank 0 of each (pp, tp) writes its shard (under ZeRO-1 after gathering
+  // the moments over dp), the world meets at a barrier, world rank 0 commits, and the world
+  // meets again so the checkpoint exists on return.
+  std::string Save(const std::string& root, int64_t generation);
 
-  // Continues from the checkpoint in `dir` (LoadCheckpoint). Returns its metadata.
+  // Continues from the checkpoint in `dir`, written under any layout: this rank's boxes of the
+  // parameters and moments (its ZeRO-1 range of them) and the step. Returns its metadata.
   CheckpointMeta Resume(const std::string& dir);
 
   int64_t step() const { return step_; }
@@ -70,18 +128,37 @@ class Trainer {
   static constexpr int kMaxEvalBatches = 32;
 
  private:
+  bool first_stage() const { return shape_.pp_rank == 0; }
+  bool last_stage() const { return shape_.pp_rank == shape_.pp_size - 1; }
+  // Runs the schedule's ops of one step; returns the sum of the K micro-batches' losses (on the
+  // last stage; 0 elsewhere).
+  double RunSchedule(CommBytes* bytes);
+  // Waits for every pending pipeline send.
+  void WaitSends();
+  void GatherMoments(std::vector<float>* m, std::vector<float>* v);
+
   JobConfig config_;
   BatchShape shape_;
   const Dataset& data_;
-  Communicator* dp_;                      // nullptr when training alone
-  std::unique_ptr<GradBuckets> buckets_;  // set when dp_ has more than one rank
+  TrainerComms comms_;
+  TrainerOptions options_;
+  std::unique_ptr<GradBuckets> buckets_;  // set when the dp group has more than one rank
+  std::unique_ptr<RangeGather> zero_;     // set under ZeRO-1 with dp > 1
   GPT model_;
   AdamW optimizer_;
   LrSchedule schedule_;
   BatchSampler sampler_;
   EvalBatches eval_batches_;
-  std::vector<int> inputs_;   // (B, T)
-  std::vector<int> targets_;  // (B, T)
+  std::vector<PipeOp> ops_;                   // this stage's schedule
+  int slots_ = 1;                             // activation slots the schedule needs
+  std::vector<std::vector<int>> inputs_;      // per slot (B, T)
+  std::vector<std::vector<int>> targets_;     // per slot (B, T)
+  std::vector<std::vector<float>> act_in_;    // per slot (B, T, C): received activations
+  std::vector<std::vector<float>> grad_in_;   // per slot (B, T, C): received d(output)
+  std::vector<std::vector<float>> act_out_;   // per slot (B, T, C): activations being sent
+  std::vector<std::vector<float>> grad_out_;  // per slot (B, T, C): d(input) being sent
+  std::vector<WorkHandle> act_sends_;         // per slot, the pending send of act_out_
+  std::vector<WorkHandle> grad_sends_;        // per slot, the pending send of grad_out_
   StepProfiler profiler_;
   MemoryMeter memory_;
   int64_t step_ = 0;  // completed optimizer steps

@@ -34,14 +34,16 @@ std::string DescribeRendezvous(const RendezvousConfig& c) {
          std::to_string(c.generation) + ")";
 }
 
-std::unique_ptr<Communicator> ConnectWorld(const RendezvousConfig& c) {
-  if (c.world_size == 1) return std::make_unique<SingleRankCommunicator>();
-  const bool use_service = c.store_dir.empty() && !c.service.empty();
+namespace {
+
+// The checks of a multi-rank rendezvous shared by ConnectWorld and ConnectGroups.
+void CheckRendezvous(const RendezvousConfig& c) {
   if (c.store_dir.empty() && c.service.empty()) {
     throw BadInput("LOOM_WORLD_SIZE", std::to_string(c.world_size) +
                                           " ranks need a rendezvous: set --rendezvous-dir or "
                                           "LOOM_RENDEZVOUS_DIR to a directory shared by the ranks");
   }
+  const bool use_service = c.store_dir.empty();
   if (use_service && !c.service_store) {
     throw BadInput("LOOM_RENDEZVOUS",
                    "this loom-train was built without gRPC; use --rendezvous-dir (or "
@@ -52,28 +54,99 @@ std::unique_ptr<Communicator> ConnectWorld(const RendezvousConfig& c) {
     throw BadInput("LOOM_JOB", "rendezvous through loomd (LOOM_RENDEZVOUS=" + c.service +
                                    ") needs the job name; set LOOM_JOB=jobs/{job}");
   }
-#ifdef LOOM_HAVE_GLOO
-  GlooOptions o;
-  o.rank = c.rank;
-  o.size = c.world_size;
-  o.timeout = c.timeout;
-  if (use_service) {
-    // Lives until ConnectGloo returns: the store is needed only while the ranks meet.
-    std::unique_ptr<KeyValueStore> store =
-        c.service_store(c.service, c.job, c.generation, c.timeout);
-    o.store = store.get();
-    return ConnectGloo(o);
-  }
-  o.store_dir = StoreDirFor(c.store_dir, c.job, c.generation);
-  std::error_code ec;
-  std::filesystem::create_directories(o.store_dir, ec);
-  if (ec) throw BadInput(c.store_dir, "cannot create the rendezvous directory: " + ec.message());
-  return ConnectGloo(o);
-#else
+#ifndef LOOM_HAVE_GLOO
   throw BadInput("LOOM_WORLD_SIZE", std::to_string(c.world_size) +
                                         " ranks need a communicator, and this loom-train was "
                                         "built without Gloo (a world of 1 works)");
 #endif
 }
+
+#ifdef LOOM_HAVE_GLOO
+// Connects one group: `store` (loomd's, already prefixed) when set, else the directory `dir`.
+std::unique_ptr<Communicator> ConnectGroup(const RendezvousConfig& c, int rank, int size,
+                                           KeyValueStore* store, const std::string& dir) {
+  if (size == 1) return std::make_unique<SingleRankCommunicator>();
+  GlooOptions o;
+  o.rank = rank;
+  o.size = size;
+  o.timeout = c.timeout;
+  if (store != nullptr) {
+    o.store = store;
+    return ConnectGloo(o);
+  }
+  o.store_dir = dir;
+  std::error_code ec;
+  std::filesystem::create_directories(o.store_dir, ec);
+  if (ec) throw BadInput(c.store_dir, "cannot create the rendezvous directory: " + ec.message());
+  return ConnectGloo(o);
+}
+#endif
+
+}  // namespace
+
+std::unique_ptr<Communicator> ConnectWorld(const RendezvousConfig& c) {
+  if (c.world_size == 1) return std::make_unique<SingleRankCommunicator>();
+  CheckRendezvous(c);
+#ifdef LOOM_HAVE_GLOO
+  if (c.store_dir.empty()) {
+    // Lives until ConnectGloo returns: the store is needed only while the ranks meet.
+    std::unique_ptr<KeyValueStore> store =
+        c.service_store(c.service, c.job, c.generation, c.timeout);
+    return ConnectGroup(c, c.rank, c.world_size, store.get(), "");
+  }
+  return ConnectGroup(c, c.rank, c.world_size, nullptr,
+                      StoreDirFor(c.store_dir, c.job, c.generation));
+#else
+  return nullptr;  // CheckRendezvous threw
+#endif
+}
+
+ProcessGroups ConnectGroups(const RendezvousConfig& c, const BatchShape& shape) {
+  if (c.world_size == 1) return ProcessGroups::Alone();
+  CheckRendezvous(c);
+  ProcessGroups g;
+#ifdef LOOM_HAVE_GLOO
+  std::unique_ptr<KeyValueStore> service;
+  if (c.store_dir.empty()) service = c.service_store(c.service, c.job, c.generation, c.timeout);
+  const std::string root =
+      c.store_dir.empty() ? std::string() : StoreDirFor(c.store_dir, c.job, c.generation);
+  for (const GroupSpec& spec : GroupsOf(shape, c.rank)) {
+    // The world keeps ConnectWorld's keys and directory; the others get their own.
+    const bool is_world = spec.name == "world";
+    std::unique_ptr<KeyValueStore> prefixed;
+    if (service && !is_world)
+      prefixed = std::make_unique<PrefixedStore>(service.get(), spec.name + "/");
+    KeyValueStore* store = is_world ? service.get() : prefixed.get();
+    std::unique_ptr<Communicator> comm =
+        ConnectGroup(c, spec.rank, spec.size, store, is_world ? root : root + "/" + spec.name);
+    if (spec.name == "world") {
+      g.world = std::move(comm);
+    } else if (spec.name.rfind("tp.", 0) == 0) {
+      g.tp = std::move(comm);
+    } else if (spec.name.rfind("dp.", 0) == 0) {
+      g.dp = std::move(comm);
+    } else if (spec.name.rfind("pp.", 0) == 0) {
+      g.pp = std::move(comm);
+    } else {
+      g.emb = std::move(comm);
+    }
+  }
+#endif
+  return g;
+}
+
+void PrefixedStore::Set(const std::string& key, const std::string& value) {
+  base_->Set(prefix_ + key, value);
+}
+
+std::vector<std::string> PrefixedStore::Wait(const std::vector<std::string>& keys,
+                                             std::chrono::milliseconds timeout) {
+  std::vector<std::string> full;
+  full.reserve(keys.size());
+  for (const std::string& k : keys) full.push_back(prefix_ + k);
+  return base_->Wait(full, timeout);
+}
+
+std::string PrefixedStore::Describe() const { return base_->Describe() + " [" + prefix_ + "]"; }
 
 }  // namespace loom::train

@@ -19,16 +19,17 @@
 
 #include "worker/train/comm/communicator.h"
 #include "worker/train/comm/key_value_store.h"
+#include "worker/train/parallel/process_groups.h"
 
 namespace loom::train {
 
 struct RendezvousConfig {
-  std::string job;           // LOOM_JOB; "standalone" when empty
-  int64_t generation = 1;    // LOOM_JOB_GENERATION
-  int rank = 0;              // LOOM_RANK
-  int world_size = 1;        // LOOM_WORLD_SIZE
-  std::string store_dir;     // --rendezvous-dir / LOOM_RENDEZVOUS_DIR
-  std::string service;       // LOOM_RENDEZVOUS (host:port of loomd)
+  std::string job;         // LOOM_JOB; "standalone" when empty
+  int64_t generation = 1;  // LOOM_JOB_GENERATION
+  int rank = 0;            // LOOM_RANK
+  int world_size = 1;      // LOOM_WORLD_SIZE
+  std::string store_dir;   // --rendezvous-dir / LOOM_RENDEZVOUS_DIR
+  std::string service;     // LOOM_RENDEZVOUS (host:port of loomd)
   std::chrono::milliseconds timeout{std::chrono::seconds(120)};  // LOOM_COMM_TIMEOUT_S
   // Opens loomd's store for `service`; empty where this loom-train was built without gRPC.
   KeyValueStoreFactory service_store;
@@ -51,6 +52,28 @@ std::string DescribeRendezvous(const RendezvousConfig& config);
 // without LOOM_JOB), CommError (exit 1, retryable) when the rendezvous fails, loomd cannot be
 // reached or the peers do not all arrive within the timeout.
 std::unique_ptr<Communicator> ConnectWorld(const RendezvousConfig& config);
+
+// Every communicator of this rank under `shape` (parallel/process_groups.h), created in the
+// same order on every rank. The world meets as ConnectWorld does; every other group meets
+// through the same store under its own prefix (a subdirectory named after the group for the
+// file store, a "<group>/" key prefix in loomd's store), so the scope (job, generation) still
+// separates restarts. Groups of one rank need no rendezvous. Throws as ConnectWorld.
+ProcessGroups ConnectGroups(const RendezvousConfig& config, const BatchShape& shape);
+
+// A store whose keys are `prefix` + key in `base` (not owned; outlives this).
+class PrefixedStore : public KeyValueStore {
+ public:
+  PrefixedStore(KeyValueStore* base, std::string prefix)
+      : base_(base), prefix_(std::move(prefix)) {}
+  void Set(const std::string& key, const std::string& value) override;
+  std::vector<std::string> Wait(const std::vector<std::string>& keys,
+                                std::chrono::milliseconds timeout) override;
+  std::string Describe() const override;
+
+ private:
+  KeyValueStore* base_;
+  std::string prefix_;
+};
 
 }  // namespace loom::train
 

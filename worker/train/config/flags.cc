@@ -110,6 +110,14 @@ Flags ParseFlags(const std::vector<std::string>& args) {
           flags.dp_bucket_mb > 1e6) {
         throw BadInput(arg, "expected a size in MiB > 0, got \"" + value + "\"");
       }
+    } else if (arg == "--dp-overlap") {
+      if (value == "true" || value == "1") {
+        flags.dp_overlap = true;
+      } else if (value == "false" || value == "0") {
+        flags.dp_overlap = false;
+      } else {
+        throw BadInput(arg, "expected true or false, got \"" + value + "\"");
+      }
     } else if (arg == "--init-from-llmc") {
       flags.init_from_llmc = value;
     } else {
@@ -152,6 +160,8 @@ configures the run; flags override the spec.
                            without it, ranks launched by loom-worker meet through loomd
                            (LOOM_RENDEZVOUS, LOOM_JOB, LOOM_JOB_GENERATION)
   --dp-bucket-mb X         data-parallel gradient bucket size in MiB (default 25)
+  --dp-overlap BOOL        all-reduce gradient buckets while backward runs (default true);
+                           false waits for the whole backward first (for measurements)
 
 Exit status: 0 success, 2 bad configuration or input, 1 crash.
 )";

@@ -20,6 +20,7 @@ struct Flags {
   bool quiet = false;          // --quiet: no human progress on stderr
   std::string rendezvous_dir;  // --rendezvous-dir DIR (wins over LOOM_RENDEZVOUS_DIR)
   double dp_bucket_mb = 25.0;  // --dp-bucket-mb X: data-parallel gradient bucket size, MiB
+  bool dp_overlap = true;      // --dp-overlap true|false: all-reduce buckets during backward
 };
 
 // Parses argv ("--flag value" or "--flag=value"). Throws InputError naming the flag.

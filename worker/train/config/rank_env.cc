@@ -21,9 +21,30 @@ int64_t ParseInt(const std::string& text, const std::string& what, int64_t lo, i
 
 }  // namespace
 
+namespace {
+
+// "2/1/1" -> {2, 1, 1}.
+std::vector<int> ParseBlocks(const std::string& text) {
+  std::vector<int> blocks;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find('/', start);
+    if (end == std::string::npos) end = text.size();
+    blocks.push_back(static_cast<int>(
+        ParseInt(text.substr(start, end - start), "LOOM_LAYOUT blocks", 1, 1 << 20)));
+    start = end + 1;
+  }
+  return blocks;
+}
+
+}  // namespace
+
 Layout ParseLayout(const std::string& text) {
   Layout layout;
-  bool seen[5] = {};
+  constexpr int kNumKeys = 8;
+  const char* keys[kNumKeys] = {"data",   "tensor",   "pipeline", "micro_batch",
+                                "num_micro_batches", "blocks", "schedule", "zero1"};
+  bool seen[kNumKeys] = {};
   size_t start = 0;
   while (start <= text.size()) {
     size_t end = text.find(',', start);
@@ -35,21 +56,32 @@ Layout ParseLayout(const std::string& text) {
                      "expected key=value items separated by commas, got \"" + text + "\"");
     }
     std::string key = item.substr(0, eq);
-    const char* keys[5] = {"data", "tensor", "pipeline", "micro_batch", "num_micro_batches"};
-    int* fields[5] = {&layout.data, &layout.tensor, &layout.pipeline, &layout.micro_batch,
-                      &layout.num_micro_batches};
+    std::string value = item.substr(eq + 1);
     int which = -1;
-    for (int i = 0; i < 5; ++i) {
+    for (int i = 0; i < kNumKeys; ++i) {
       if (key == keys[i]) which = i;
     }
     if (which < 0) {
       throw BadInput("LOOM_LAYOUT", "unknown key \"" + key +
                                         "\" (expected data, tensor, pipeline, micro_batch, "
-                                        "num_micro_batches)");
+                                        "num_micro_batches, blocks, schedule, zero1)");
     }
-    *fields[which] =
-        static_cast<int>(ParseInt(item.substr(eq + 1), "LOOM_LAYOUT " + key, 1, 1 << 30));
+    if (seen[which]) throw BadInput("LOOM_LAYOUT", "key \"" + key + "\" given twice");
     seen[which] = true;
+    int* ints[5] = {&layout.data, &layout.tensor, &layout.pipeline, &layout.micro_batch,
+                    &layout.num_micro_batches};
+    if (which < 5) {
+      *ints[which] = static_cast<int>(ParseInt(value, "LOOM_LAYOUT " + key, 1, 1 << 30));
+    } else if (key == "blocks") {
+      layout.blocks_per_stage = ParseBlocks(value);
+    } else if (key == "schedule") {
+      if (value != "1f1b" && value != "gpipe") {
+        throw BadInput("LOOM_LAYOUT schedule", "expected 1f1b or gpipe, got \"" + value + "\"");
+      }
+      layout.schedule = value;
+    } else {  // zero1
+      layout.zero1 = ParseInt(value, "LOOM_LAYOUT zero1", 0, 1) == 1;
+    }
     start = end + 1;
   }
   if (!seen[3] || !seen[4]) {
@@ -57,6 +89,12 @@ Layout ParseLayout(const std::string& text) {
                    "micro_batch and num_micro_batches are required, got \"" + text + "\"");
   }
   return layout;
+}
+
+std::vector<int> EvenBlocksPerStage(int layers, int stages) {
+  std::vector<int> blocks(static_cast<size_t>(stages), layers / stages);
+  for (int s = 0; s < layers % stages; ++s) ++blocks[static_cast<size_t>(s)];
+  return blocks;
 }
 
 RankEnv ReadRankEnv(const std::function<const char*(const char*)>& get) {
@@ -103,13 +141,6 @@ BatchShape ResolveBatchShape(const JobConfig& config, const RankEnv& env) {
   const int64_t sequences = config.global_batch_tokens / config.seq_len;
   if (env.has_layout) {
     const Layout& l = env.layout;
-    if (l.tensor > 1 || l.pipeline > 1) {
-      throw BadInput("LOOM_LAYOUT",
-                     "tensor and pipeline must be 1: this loom-train has data parallelism only "
-                     "(got tensor=" +
-                         std::to_string(l.tensor) + ",pipeline=" + std::to_string(l.pipeline) +
-                         ")");
-    }
     if (int64_t{l.data} * l.tensor * l.pipeline != env.world_size) {
       throw BadInput("LOOM_LAYOUT", "data*tensor*pipeline = " +
                                         std::to_string(int64_t{l.data} * l.tensor * l.pipeline) +
@@ -123,10 +154,46 @@ BatchShape ResolveBatchShape(const JobConfig& config, const RankEnv& env) {
           "seq_len*data*micro_batch*num_micro_batches = " + std::to_string(tokens) +
               " but train.global_batch_tokens = " + std::to_string(config.global_batch_tokens));
     }
+    const ModelDims& d = config.model;
+    if (d.heads % l.tensor != 0 || (4 * d.channels) % l.tensor != 0) {
+      throw BadInput("LOOM_LAYOUT tensor",
+                     std::to_string(l.tensor) + " does not divide the model's " +
+                         std::to_string(d.heads) + " heads (model.heads) and " +
+                         std::to_string(4 * d.channels) +
+                         " MLP channels (4 * model.hidden): use a tensor size that divides both");
+    }
+    if (l.pipeline > d.layers) {
+      throw BadInput("LOOM_LAYOUT pipeline",
+                     std::to_string(l.pipeline) + " stages for " + std::to_string(d.layers) +
+                         " blocks (model.layers): every stage needs at least one block; use "
+                         "pipeline <= " +
+                         std::to_string(d.layers));
+    }
+    std::vector<int> blocks = l.blocks_per_stage;
+    if (blocks.empty()) blocks = EvenBlocksPerStage(d.layers, l.pipeline);
+    int64_t covered = 0;
+    for (int b : blocks) covered += b;
+    if (static_cast<int>(blocks.size()) != l.pipeline || covered != d.layers) {
+      std::string given;
+      for (int b : blocks) given += (given.empty() ? "" : "/") + std::to_string(b);
+      throw BadInput("LOOM_LAYOUT blocks",
+                     "blocks=" + given + " must give one count per stage (" +
+                         std::to_string(l.pipeline) + ") summing to the model's " +
+                         std::to_string(d.layers) +
+                         " blocks, so that the stages cover every block once");
+    }
     shape.B = l.micro_batch;
     shape.K = l.num_micro_batches;
     shape.dp_size = l.data;
-    shape.dp_rank = (env.rank / l.tensor) % l.data;  // rank = tp + T * (dp + D * pp)
+    shape.tp_size = l.tensor;
+    shape.pp_size = l.pipeline;
+    shape.tp_rank = env.rank % l.tensor;  // rank = tp + T * (dp + D * pp)
+    shape.dp_rank = (env.rank / l.tensor) % l.data;
+    shape.pp_rank = env.rank / (l.tensor * l.data);
+    shape.stage_bounds.assign(1, 0);
+    for (int b : blocks) shape.stage_bounds.push_back(shape.stage_bounds.back() + b);
+    shape.schedule = l.schedule;
+    shape.zero1 = l.zero1;
     return shape;
   }
   if (env.world_size > 1) {
@@ -159,6 +226,7 @@ BatchShape ResolveBatchShape(const JobConfig& config, const RankEnv& env) {
     throw BadInput("train.global_batch_tokens", "too many micro-batches per step");
   }
   shape.K = static_cast<int>(sequences / shape.B);
+  shape.stage_bounds = {0, config.model.layers};
   return shape;
 }
 

@@ -1,5 +1,6 @@
 #include "worker/train/optim/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/adamw.h"
@@ -9,17 +10,31 @@
 namespace loom::train {
 
 AdamW::AdamW(size_t num_params, const AdamWConfig& config)
-    : config_(config), m_(num_params, 0.0f), v_(num_params, 0.0f) {}
+    : AdamW(num_params, config, 0, num_params) {}
+
+AdamW::AdamW(size_t num_params, const AdamWConfig& config, size_t begin, size_t end)
+    : config_(config),
+      num_params_(num_params),
+      begin_(begin),
+      end_(end),
+      m_(end - begin, 0.0f),
+      v_(end - begin, 0.0f) {
+  LOOM_CHECK(begin <= end && end <= num_params, "optimizer range outside the parameters");
+}
 
 void AdamW::Update(float* params, const float* grads, const std::vector<TensorInfo>& table,
                    float lr) {
   ++step_;
   LOOM_CHECK(step_ <= 0x7fffffff, "optimizer step exceeds the kernel's int range");
   for (const TensorInfo& t : table) {
-    LOOM_CHECK(t.offset + t.numel <= m_.size(), "parameter table does not fit the optimizer");
+    LOOM_CHECK(t.offset + t.numel <= num_params_, "parameter table does not fit the optimizer");
+    // The part of the tensor inside [begin, end); the update is elementwise, so a tensor cut by
+    // the range boundary updates exactly as it would whole.
+    const size_t lo = std::max(t.offset, begin_), hi = std::min(t.offset + t.numel, end_);
+    if (lo >= hi) continue;
     const float wd = t.decay ? config_.weight_decay : 0.0f;
-    loom::kernels::cpu::adamw_update(params + t.offset, grads + t.offset, m_.data() + t.offset,
-                                     v_.data() + t.offset, static_cast<long>(t.numel), lr,
+    loom::kernels::cpu::adamw_update(params + lo, grads + lo, m_.data() + (lo - begin_),
+                                     v_.data() + (lo - begin_), static_cast<long>(hi - lo), lr,
                                      config_.beta1, config_.beta2, config_.eps, wd,
                                      static_cast<int>(step_));
   }

@@ -18,14 +18,22 @@ struct AdamWConfig {
   float weight_decay = 0.1f;  // applied to tensors with TensorInfo::decay only
 };
 
-// AdamW state: the first and second moments m and v, parameter-shaped, and the step count.
+// AdamW state: the first and second moments m and v and the step count, for the range
+// [begin, end) of a parameter buffer of num_params floats: the whole buffer by default, one
+// data-parallel rank's shard under ZeRO-1 (parallel/zero_optimizer.h). m() and v() hold the
+// range's end - begin floats.
 class AdamW {
  public:
   AdamW(size_t num_params, const AdamWConfig& config);
+  AdamW(size_t num_params, const AdamWConfig& config, size_t begin, size_t end);
 
-  // One update of `params` from `grads` (both laid out by `table`) at learning rate `lr`.
-  // Increments step() first, so the bias corrections use the 1-based step.
+  // One update of the range of `params` from `grads` (both full buffers laid out by `table`) at
+  // learning rate `lr`; the rest of `params` is untouched. Increments step() first, so the bias
+  // corrections use the 1-based step.
   void Update(float* params, const float* grads, const std::vector<TensorInfo>& table, float lr);
+
+  size_t begin() const { return begin_; }
+  size_t end() const { return end_; }
 
   int64_t step() const { return step_; }
   void set_step(int64_t step) { step_ = step; }
@@ -37,8 +45,10 @@ class AdamW {
 
  private:
   AdamWConfig config_;
-  std::vector<float> m_;  // (num_params)
-  std::vector<float> v_;  // (num_params)
+  size_t num_params_ = 0;
+  size_t begin_ = 0, end_ = 0;
+  std::vector<float> m_;  // (end - begin)
+  std::vector<float> v_;  // (end - begin)
   int64_t step_ = 0;
 };
 

@@ -21,23 +21,38 @@ GradBuckets::GradBuckets(const std::vector<TensorInfo>& table, int layers, size_
     LOOM_CHECK(false, std::string("parameter table lacks ") + name);
     return table.front();
   };
+  // This stage's blocks [first, first + nblocks) (a pipeline stage holds a contiguous range;
+  // the stacked tensors' leading dimension), and which ends of the model it holds.
+  const TensorInfo& ln1w = tensor("ln1w");
+  const int first = ln1w.box_start.empty() ? 0 : static_cast<int>(ln1w.box_start[0]);
+  const int nblocks = ln1w.shape.empty() ? layers : static_cast<int>(ln1w.shape[0]);
+  const bool has_head = tensor("lnfw").numel > 0;
+  const bool has_embeddings = tensor("wpe").numel > 0;
   for (const char* name : {"lnfb", "lnfw"}) {
     const TensorInfo& t = tensor(name);
+    if (t.numel > 0) pieces.push_back({t.offset, t.numel, layers});
+  }
+  // The last stage's copy of the tied wte, when it is not also the first stage, is final
+  // after the head (stage L).
+  if (has_head && !has_embeddings && tensor("wte").numel > 0) {
+    const TensorInfo& t = tensor("wte");
     pieces.push_back({t.offset, t.numel, layers});
   }
   // Within a block, the order backward writes them (MLP first, then attention).
-  const char* block[] = {"fcprojb", "fcprojw", "fcb",      "fcw",  "ln2b", "ln2w",
+  const char* block[] = {"fcprojb",  "fcprojw",  "fcb",  "fcw",  "ln2b", "ln2w",
                          "attprojb", "attprojw", "qkvb", "qkvw", "ln1b", "ln1w"};
-  for (int l = layers - 1; l >= 0; --l) {
+  for (int i = nblocks - 1; i >= 0; --i) {
     for (const char* name : block) {
       const TensorInfo& t = tensor(name);
-      const size_t per_layer = t.numel / static_cast<size_t>(layers);
-      pieces.push_back({t.offset + per_layer * l, per_layer, l});
+      const size_t per_layer = t.numel / static_cast<size_t>(nblocks);
+      pieces.push_back({t.offset + per_layer * i, per_layer, first + i});
     }
   }
-  for (const char* name : {"wpe", "wte"}) {
-    const TensorInfo& t = tensor(name);
-    pieces.push_back({t.offset, t.numel, -1});
+  if (has_embeddings) {
+    for (const char* name : {"wpe", "wte"}) {
+      const TensorInfo& t = tensor(name);
+      pieces.push_back({t.offset, t.numel, -1});
+    }
   }
 
   const size_t cap = bucket_bytes / sizeof(float);
@@ -65,7 +80,10 @@ void GradBuckets::Begin(float* grads) {
   LOOM_CHECK(next_ == 0 || next_ == buckets_.size(), "Begin while a step is being reduced");
   grads_ = grads;
   next_ = 0;
-  for (Bucket& b : buckets_) b.work.reset();
+  for (Bucket& b : buckets_) {
+    b.work.reset();
+    b.done = {};
+  }
 }
 
 void GradBuckets::Launch(Bucket& b) {
@@ -74,7 +92,16 @@ void GradBuckets::Launch(Bucket& b) {
     std::copy_n(grads_ + p.offset, p.numel, dst);
     dst += p.numel;
   }
+  b.launched = std::chrono::steady_clock::now();
   b.work = comm_->AllReduceSum(b.buffer.data(), b.buffer.size());
+}
+
+void GradBuckets::Poll() {
+  const auto now = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < next_; ++i) {
+    Bucket& b = buckets_[i];
+    if (b.done == std::chrono::steady_clock::time_point{} && b.work->Done()) b.done = now;
+  }
 }
 
 void GradBuckets::StageReady(int stage) {
@@ -82,16 +109,26 @@ void GradBuckets::StageReady(int stage) {
   while (next_ < buckets_.size() && buckets_[next_].last_stage >= stage) {
     Launch(buckets_[next_++]);
   }
+  Poll();
 }
 
 double GradBuckets::Finish() {
   StageReady(-1);  // a backward without the hook (or an early stop) still reduces everything
   const float scale = 1.0f / static_cast<float>(comm_->size());
   double waited = 0.0;
+  comm_seconds_ = 0.0;
+  std::chrono::steady_clock::time_point previous_done{};
   for (Bucket& b : buckets_) {
     auto start = std::chrono::steady_clock::now();
     b.work->Wait();
-    waited += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const auto end = std::chrono::steady_clock::now();
+    waited += std::chrono::duration<double>(end - start).count();
+    if (b.done == std::chrono::steady_clock::time_point{}) b.done = end;
+    // The communication thread runs the buckets in launch order: this one started when it was
+    // launched or when the one before finished, whichever was later.
+    const auto began = std::max(b.launched, previous_done);
+    if (b.done > began) comm_seconds_ += std::chrono::duration<double>(b.done - began).count();
+    previous_done = b.done;
     const float* src = b.buffer.data();
     for (const Piece& p : b.pieces) {
       float* g = grads_ + p.offset;

@@ -12,6 +12,7 @@
 #ifndef LOOM_WORKER_TRAIN_PARALLEL_GRAD_BUCKETS_H_
 #define LOOM_WORKER_TRAIN_PARALLEL_GRAD_BUCKETS_H_
 
+#include <chrono>
 #include <cstddef>
 #include <vector>
 
@@ -24,7 +25,10 @@ inline constexpr size_t kDefaultBucketBytes = size_t{25} << 20;  // 25 MiB
 
 class GradBuckets {
  public:
-  // `comm` is the data-parallel group (outlives this); `layers` is L of the table's model.
+  // `comm` is the data-parallel group (outlives this); `layers` is L of the whole model.
+  // `table` may be a pipeline stage's ShardTable: the stacked tensors then hold blocks
+  // [box_start[0], box_start[0] + shape[0]), tensors with numel 0 are skipped, and a last
+  // stage's copy of wte (held without wpe) is final with the head, at stage L.
   GradBuckets(const std::vector<TensorInfo>& table, int layers, size_t bucket_bytes,
               Communicator* comm);
 
@@ -37,6 +41,13 @@ class GradBuckets {
   // CommError when a collective failed.
   double Finish();
 
+  // Seconds the last Finish's all-reduces kept the communication thread busy, estimated from
+  // each bucket's launch and the moment its completion was first seen (polled at every
+  // StageReady, and at Finish): sum over buckets of done - max(launch, previous done). An
+  // upper bound by at most one backward stage per bucket. The overlap ratio of a step is
+  // 1 - exposed / this.
+  double comm_seconds() const { return comm_seconds_; }
+
   size_t num_buckets() const { return buckets_.size(); }
   // Bytes all-reduced per step (fp32 gradients).
   size_t bytes_per_step() const { return total_floats_ * sizeof(float); }
@@ -45,21 +56,24 @@ class GradBuckets {
   struct Piece {
     size_t offset = 0;  // in floats, in the gradient buffer
     size_t numel = 0;
-    int stage = 0;      // final after this backward stage (L .. 0, then -1)
+    int stage = 0;  // final after this backward stage (L .. 0, then -1)
   };
   struct Bucket {
     std::vector<Piece> pieces;  // in backward order
     int last_stage = 0;         // the bucket is final once this stage is
     std::vector<float> buffer;  // (sum of the pieces' numel), packed
     WorkHandle work;            // set once launched
+    std::chrono::steady_clock::time_point launched{}, done{};  // done: zero until seen
   };
   void Launch(Bucket& b);
+  void Poll();  // records the completion time of launched buckets that have finished
 
   Communicator* comm_;
   std::vector<Bucket> buckets_;  // in launch order
   size_t total_floats_ = 0;
   float* grads_ = nullptr;
   size_t next_ = 0;  // the first bucket not launched this step
+  double comm_seconds_ = 0.0;
 };
 
 }  // namespace loom::train

@@ -18,6 +18,8 @@ const char* PhaseName(Phase phase) {
       return "optimizer";
     case Phase::kCommExposed:
       return "comm_exposed";
+    case Phase::kBubble:
+      return "bubble";
     case Phase::kCount:
       break;
   }

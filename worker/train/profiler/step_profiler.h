@@ -10,11 +10,15 @@
 
 namespace loom::train {
 
-// kCommExposed: time the step waited on data-parallel collectives that backward did not hide.
-enum class Phase { kData = 0, kForward, kBackward, kOptimizer, kCommExposed, kCount };
+// kCommExposed: time the step waited on data-parallel collectives that backward did not hide
+// (the gradient buckets, the tied embedding's gradient, the loss and norm, ZeRO-1's gather).
+// kBubble: time a pipeline stage waited on its neighbours (a recv of activations or gradients,
+// the last sends, the end-of-step drain). Tensor-parallel all-reduces run inside forward and
+// backward.
+enum class Phase { kData = 0, kForward, kBackward, kOptimizer, kCommExposed, kBubble, kCount };
 
 // The phase names used in progress lines: "data", "forward", "backward", "optimizer",
-// "comm_exposed".
+// "comm_exposed", "bubble".
 const char* PhaseName(Phase phase);
 
 struct StepTimes {
