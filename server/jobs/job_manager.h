@@ -195,6 +195,12 @@ class JobManager {
     // Rank 0's measured step times of the current generation (job.plan_check and the
     // loom_job_step_seconds gauge; memory only, measured afresh after a loomd restart).
     StepTimeWindow step_times;
+    // Per-rank ratios (current generation) and comm bytes (whole job) for the loom_rank_*
+    // series; memory only.
+    std::map<int, server_metrics::RankTelemetry> rank_telemetry;
+    // rank -> the last step of the current generation whose comm bytes were counted, so that a
+    // report sent twice (a worker replaying after a reconnect) is not counted twice.
+    std::map<int, int64_t> counted_steps;
   };
 
   // Moves a SCHEDULED job whose every rank has started to RUNNING. Requires mu_.
@@ -229,6 +235,10 @@ class JobManager {
   void HandleRankStatusLocked(const std::string& node, const v1::RankStatus& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleStepLocked(const std::string& node, const v1::StepReport& report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keeps a step report's ratios and (once per step) its comm bytes for the loom_rank_* series.
+  // Requires mu_.
+  void RecordRankTelemetry(ActiveJob& active, const v1::StepReport& report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The active job that a report about (job, generation) from `node` refers to, or null when
   // the report is stale (then the worker is told to cancel unless `quiet`). Requires mu_.

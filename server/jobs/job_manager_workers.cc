@@ -1,8 +1,10 @@
 // The worker side of the JobManager: node registration, sessions and their reconciliation,
 // rank reports, progress, and everything driven by time (see job_manager.h for the contract).
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -275,11 +277,39 @@ void JobManager::HandleRankStatusLocked(const std::string& node, const v1::RankS
   }
 }
 
+namespace {
+
+bool IsRatio(double v) { return std::isfinite(v) && v >= 0.0 && v <= 1.0; }
+
+}  // namespace
+
+void JobManager::RecordRankTelemetry(ActiveJob& active, const v1::StepReport& report) {
+  server_metrics::RankTelemetry& telemetry = active.rank_telemetry[report.rank()];
+  // loom-train and the worker's parser keep the ratios in [0, 1]; a report from a buggy or older
+  // worker that does not is ignored rather than exported.
+  if (IsRatio(report.overlap_ratio()) && IsRatio(report.bubble_ratio()) &&
+      IsRatio(report.idle_ratio())) {
+    telemetry.overlap_ratio = report.overlap_ratio();
+    telemetry.bubble_ratio = report.bubble_ratio();
+    telemetry.idle_ratio = report.idle_ratio();
+  }
+  auto [counted, first] = active.counted_steps.try_emplace(report.rank(), report.step());
+  if (!first) {
+    if (report.step() <= counted->second) return;
+    counted->second = report.step();
+  }
+  for (const auto& [kind, bytes] : report.comm_bytes()) {
+    // Unknown kinds are summed under "other": the label values stay bounded.
+    telemetry.comm_bytes_total[std::string(server_metrics::CommKindLabel(kind))] += bytes;
+  }
+}
+
 void JobManager::HandleStepLocked(const std::string& node, const v1::StepReport& report) {
   ActiveJob* active = CurrentGangLocked(node, report.job(), report.generation(), false);
   if (active == nullptr || !RankPlacedOn(active->job, node, report.rank())) return;
   active->latest_steps[report.rank()] = report;
   active->missing_on.erase(node);
+  if (!report.has_val_loss()) RecordRankTelemetry(*active, report);
   if (active->job.state() == v1::SCHEDULED) {
     // A rank that reports steps has started, even if its RUNNING report was lost.
     active->running_ranks.insert(report.rank());
@@ -491,9 +521,11 @@ server_metrics::Snapshot JobManager::MetricsSnapshot() {
     if (std::optional<StepSample> median = active->step_times.Median(); median.has_value()) {
       times.measured_seconds = median->step;
     }
+    const std::string id = name.substr(std::string_view("jobs/").size());
     if (times.predicted_seconds.has_value() || times.measured_seconds.has_value()) {
-      snapshot.job_step_seconds[name.substr(std::string_view("jobs/").size())] = times;
+      snapshot.job_step_seconds[id] = times;
     }
+    if (!active->rank_telemetry.empty()) snapshot.ranks[id] = active->rank_telemetry;
   }
   for (const v1::Node& node : nodes_.List()) {
     ++snapshot.nodes[node.state()];

@@ -19,6 +19,13 @@ constexpr v1::JobState kJobStates[] = {v1::QUEUED, v1::SCHEDULED, v1::RUNNING,  
 
 }  // namespace
 
+std::string_view CommKindLabel(std::string_view kind) {
+  for (std::string_view known : kCommKinds) {
+    if (kind == known) return known;
+  }
+  return "other";
+}
+
 ServerMetrics::ServerMetrics(metrics::Registry* registry)
     : registry_(registry),
       scheduling_latency_(registry->GetHistogram(
@@ -86,36 +93,82 @@ void ServerMetrics::Collect() {
                    {{"kind", kind}, {"state", "allocated"}})
         .Set(allocated);
   }
-  CollectJobStepTimes(snapshot.job_step_seconds);
+  std::set<std::pair<std::string, metrics::Labels>> exported;
+  CollectJobStepTimes(snapshot.job_step_seconds, exported);
+  CollectRanks(snapshot.ranks, exported);
+  absl::MutexLock lock(&mu_);
+  for (const auto& [name, labels] : job_series_) {
+    if (!exported.contains({name, labels})) registry_->RemoveSeries(name, labels);
+  }
+  job_series_ = std::move(exported);
 }
 
-void ServerMetrics::CollectJobStepTimes(const std::map<std::string, JobStepTimes>& jobs) {
+void ServerMetrics::CollectJobStepTimes(
+    const std::map<std::string, JobStepTimes>& jobs,
+    std::set<std::pair<std::string, metrics::Labels>>& exported) {
   constexpr char kPredicted[] = "loom_job_predicted_step_seconds";
   constexpr char kMeasured[] = "loom_job_step_seconds";
-  std::set<std::pair<std::string, std::string>> exported;
   for (const auto& [job, times] : jobs) {
+    const metrics::Labels labels = {{"job", job}};
     if (times.predicted_seconds.has_value()) {
-      registry_
-          ->GetGauge(kPredicted, "The planner's predicted seconds per optimizer step.",
-                     {{"job", job}})
+      registry_->GetGauge(kPredicted, "The planner's predicted seconds per optimizer step.", labels)
           .Set(*times.predicted_seconds);
-      exported.insert({kPredicted, job});
+      exported.insert({kPredicted, labels});
     }
     if (times.measured_seconds.has_value()) {
       registry_
           ->GetGauge(kMeasured,
                      "Measured seconds per optimizer step: the median of rank 0's recent steps, "
                      "warmup excluded.",
-                     {{"job", job}})
+                     labels)
           .Set(*times.measured_seconds);
-      exported.insert({kMeasured, job});
+      exported.insert({kMeasured, labels});
     }
   }
-  absl::MutexLock lock(&mu_);
-  for (const auto& [name, job] : job_series_) {
-    if (!exported.contains({name, job})) registry_->RemoveSeries(name, {{"job", job}});
+}
+
+void ServerMetrics::CollectRanks(const std::map<std::string, std::map<int, RankTelemetry>>& ranks,
+                                 std::set<std::pair<std::string, metrics::Labels>>& exported) {
+  struct Ratio {
+    const char* name;
+    const char* help;
+    std::optional<double> RankTelemetry::*value;
+  };
+  static constexpr Ratio kRatios[] = {
+      {"loom_rank_idle_ratio",
+       "Share of the rank's latest step spent on exposed communication and pipeline bubbles.",
+       &RankTelemetry::idle_ratio},
+      {"loom_rank_bubble_ratio",
+       "Share of the rank's latest step spent waiting on pipeline neighbours.",
+       &RankTelemetry::bubble_ratio},
+      {"loom_rank_overlap_ratio",
+       "Share of the rank's data-parallel communication time hidden behind compute in its latest "
+       "step.",
+       &RankTelemetry::overlap_ratio},
+  };
+  constexpr char kCommBytes[] = "loom_rank_comm_bytes_total";
+  for (const auto& [job, by_rank] : ranks) {
+    for (const auto& [rank, telemetry] : by_rank) {
+      const metrics::Labels labels = {{"job", job}, {"rank", std::to_string(rank)}};
+      for (const Ratio& ratio : kRatios) {
+        const std::optional<double>& value = telemetry.*ratio.value;
+        if (!value.has_value()) continue;
+        registry_->GetGauge(ratio.name, ratio.help, labels).Set(*value);
+        exported.insert({ratio.name, labels});
+      }
+      for (const auto& [kind, total] : telemetry.comm_bytes_total) {
+        metrics::Labels with_kind = labels;
+        with_kind.emplace_back("kind", std::string(CommKindLabel(kind)));
+        metrics::Counter& counter = registry_->GetCounter(
+            kCommBytes, "Bytes the rank moved through collectives, by collective kind.", with_kind);
+        // The manager keeps the totals; this scrape hook is the counter's only writer (and hooks
+        // never run concurrently), so raising it to the total keeps the two equal.
+        const double delta = static_cast<double>(total) - counter.Value();
+        if (delta > 0) counter.Increment(delta);
+        exported.insert({kCommBytes, std::move(with_kind)});
+      }
+    }
   }
-  job_series_ = std::move(exported);
 }
 
 }  // namespace loom::server_metrics

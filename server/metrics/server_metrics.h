@@ -11,8 +11,17 @@
 //   loom_job_predicted_step_seconds{job}      gauge, the plan's predicted seconds per step
 //   loom_job_step_seconds{job}                gauge, the measured median seconds per step of
 //                                             rank 0 (warmup excluded)
-// The per-job series carry the job id (bounded by the active jobs) and are removed at the first
-// scrape after the job ends, so label sets do not accumulate.
+//   loom_rank_idle_ratio{job, rank}           gauge, (exposed communication + bubble) / step time
+//   loom_rank_bubble_ratio{job, rank}         gauge, pipeline wait / step time
+//   loom_rank_overlap_ratio{job, rank}        gauge, 1 - exposed / total data-parallel comm time
+//                                             (all three from the rank's latest step report of
+//                                             the current generation)
+//   loom_rank_comm_bytes_total{job, rank, kind}
+//                                             counter, bytes the rank moved per collective kind
+//                                             (kCommKinds, anything else counted as "other")
+// The per-job and per-rank series carry the job id (bounded by the active jobs) and the rank
+// (bounded by the world size) and are removed at the first scrape after the job ends, so label
+// sets do not accumulate.
 //
 // The gauges are refreshed from live state by a collect hook just before each scrape, so the
 // managers never have to keep them in step by hand.
@@ -20,6 +29,7 @@
 // Threading: thread-safe (metrics are atomics; the rpc counter cache has its own lock).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
@@ -43,6 +53,26 @@ struct JobStepTimes {
   std::optional<double> measured_seconds;
 };
 
+// The collective kinds of StepReport.comm_bytes (docs/rank-contract.md).
+inline constexpr std::string_view kCommKinds[] = {"all_reduce",   "tp_all_reduce",
+                                                  "pp_send_recv", "emb_all_reduce",
+                                                  "all_gather",   "world_all_reduce"};
+
+// The label value for a comm_bytes kind from the wire: itself when known, else "other", so a
+// worker cannot create unbounded label values.
+std::string_view CommKindLabel(std::string_view kind);
+
+// One rank's telemetry from its step reports.
+struct RankTelemetry {
+  // From the latest step report of the current generation; unset before the first one.
+  std::optional<double> overlap_ratio;
+  std::optional<double> bubble_ratio;
+  std::optional<double> idle_ratio;
+  // CommKindLabel(kind) -> bytes summed over the step reports this loomd received for the job
+  // (across generations; memory only, so the counter resets with loomd, as counters may).
+  std::map<std::string, uint64_t> comm_bytes_total;
+};
+
 // What the gauges show, taken from the job manager at scrape time.
 struct Snapshot {
   std::map<v1::JobState, int> jobs;  // every state, including terminal ones
@@ -52,6 +82,8 @@ struct Snapshot {
   std::map<std::string, std::pair<int, int>> devices;
   // job id -> its step times, for the active jobs that have either.
   std::map<std::string, JobStepTimes> job_step_seconds;
+  // job id -> rank -> its telemetry, for the active jobs whose ranks have reported.
+  std::map<std::string, std::map<int, RankTelemetry>> ranks;
 };
 
 class ServerMetrics {
@@ -75,17 +107,21 @@ class ServerMetrics {
 
  private:
   void Collect();
-  // Sets the per-job gauges of `jobs` and removes those of jobs no longer listed.
-  void CollectJobStepTimes(const std::map<std::string, JobStepTimes>& jobs);
+  // Sets the per-job gauges of `jobs` and adds those series to `exported`.
+  void CollectJobStepTimes(const std::map<std::string, JobStepTimes>& jobs,
+                           std::set<std::pair<std::string, metrics::Labels>>& exported);
+  // Sets the per-rank gauges and counters of `ranks` and adds those series to `exported`.
+  void CollectRanks(const std::map<std::string, std::map<int, RankTelemetry>>& ranks,
+                    std::set<std::pair<std::string, metrics::Labels>>& exported);
 
   metrics::Registry* const registry_;
   metrics::Histogram& scheduling_latency_;
   metrics::Counter& restarts_;
   absl::Mutex mu_;
   std::function<Snapshot()> source_ ABSL_GUARDED_BY(mu_);
-  // The per-job series exported by the last Collect(), (metric name, job id), so that those of
-  // jobs that have ended can be removed.
-  std::set<std::pair<std::string, std::string>> job_series_ ABSL_GUARDED_BY(mu_);
+  // The per-job and per-rank series exported by the last Collect(), (metric name, labels), so
+  // that those of jobs (or ranks) no longer reported can be removed.
+  std::set<std::pair<std::string, metrics::Labels>> job_series_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace loom::server_metrics

@@ -700,6 +700,82 @@ TEST_F(JobManagerTest, MeasuredStepTimeIsKeptBesideThePrediction) {
   EXPECT_THAT(text, Not(HasSubstr("loom_job_predicted_step_seconds{")));
 }
 
+// The parallel runtime's per-rank telemetry: the ratios of each rank's latest step and its bytes
+// per collective kind become loom_rank_* series; a re-sent step is not counted twice, an unknown
+// kind is counted as "other" (no new label value), and the series go when the job ends.
+TEST_F(JobManagerTest, RankRatiosAndCommBytesAreExported) {
+  metrics::Registry registry;
+  server_metrics::ServerMetrics metrics(&registry);
+  manager_.reset();
+  JobManagerOptions options;
+  options.rendezvous_address = kRendezvous;
+  auto manager = JobManager::Create(store_.get(), &clock_, MakeSpecValidator(), logs_.get(),
+                                    nullptr, &metrics, options);
+  ASSERT_TRUE(manager.ok());
+  manager_ = std::move(*manager);
+  metrics.SetSnapshotSource([this] { return manager_->MetricsSnapshot(); });
+
+  auto sink = Connect("n1", 2);
+  const std::string name = CreateScheduled(CpuSpec(2), *sink);
+  const std::string id = name.substr(5);
+  StartAll("n1", name, 1, 2);
+  EXPECT_THAT(registry.Serialize(), Not(HasSubstr("loom_rank_")));  // nothing reported yet
+
+  auto step = [&](int rank, int64_t n, double idle) {
+    v1::WorkerMessage m = Step(name, 1, rank, n, 100, 3.0);
+    v1::StepReport* r = m.mutable_step();
+    r->set_overlap_ratio(0.5);
+    r->set_bubble_ratio(0.25);
+    r->set_idle_ratio(idle);
+    (*r->mutable_comm_bytes())["all_reduce"] = 1000;
+    (*r->mutable_comm_bytes())["pp_send_recv"] = 0;
+    (*r->mutable_comm_bytes())["bogus_kind"] = 7;
+    (*r->mutable_comm_bytes())["another_bogus_kind"] = 3;
+    return m;
+  };
+  Send("n1", step(0, 1, 0.125));
+  Send("n1", step(0, 2, 0.375));
+  Send("n1", step(0, 2, 0.375));  // re-sent: its bytes are not counted again
+  Send("n1", step(1, 1, 0.0625));
+  v1::WorkerMessage bad = step(1, 2, 1.5);  // out of range: the ratios are not taken
+  Send("n1", bad);
+
+  std::string text = registry.Serialize();
+  const std::string r0 = absl::StrCat("{job=\"", id, "\",rank=\"0\"}");
+  const std::string r1 = absl::StrCat("{job=\"", id, "\",rank=\"1\"}");
+  EXPECT_THAT(text, HasSubstr("# TYPE loom_rank_idle_ratio gauge"));
+  EXPECT_THAT(text, HasSubstr("# TYPE loom_rank_comm_bytes_total counter"));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("loom_rank_idle_ratio", r0, " 0.375")));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("loom_rank_idle_ratio", r1, " 0.0625")));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("loom_rank_bubble_ratio", r0, " 0.25")));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("loom_rank_overlap_ratio", r0, " 0.5")));
+  const std::string bytes0 = absl::StrCat("loom_rank_comm_bytes_total{job=\"", id, "\",kind=\"");
+  EXPECT_THAT(text, HasSubstr(absl::StrCat(bytes0, "all_reduce\",rank=\"0\"} 2000")));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat(bytes0, "pp_send_recv\",rank=\"0\"} 0")));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat(bytes0, "other\",rank=\"0\"} 20")));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat(bytes0, "all_reduce\",rank=\"1\"} 2000")));
+  EXPECT_THAT(text, Not(HasSubstr("bogus")));
+
+  // Counters keep counting across scrapes.
+  Send("n1", step(0, 3, 0.375));
+  text = registry.Serialize();
+  EXPECT_THAT(text, HasSubstr(absl::StrCat(bytes0, "all_reduce\",rank=\"0\"} 3000")));
+
+  ASSERT_TRUE(manager_->CancelJob(name).ok());
+  text = registry.Serialize();
+  EXPECT_THAT(text, Not(HasSubstr("loom_rank_idle_ratio{")));
+  EXPECT_THAT(text, Not(HasSubstr("loom_rank_overlap_ratio{")));
+  EXPECT_THAT(text, Not(HasSubstr("loom_rank_comm_bytes_total{")));
+}
+
+TEST(ServerMetricsTest, CommKindsOutsideTheKnownSetAreOther) {
+  for (std::string_view kind : server_metrics::kCommKinds) {
+    EXPECT_EQ(server_metrics::CommKindLabel(kind), kind);
+  }
+  EXPECT_EQ(server_metrics::CommKindLabel("all_to_all"), std::string_view("other"));
+  EXPECT_EQ(server_metrics::CommKindLabel(""), std::string_view("other"));
+}
+
 TEST(LogStoreTest, CapsTheSizeWithAMarker) {
   store::testing::TempDir dir;
   auto logs = LogStore::Open(dir.File("logs"), /*max_bytes_per_job=*/200);

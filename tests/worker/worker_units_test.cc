@@ -98,6 +98,59 @@ TEST(ProgressParserTest, MalformedLinesAreErrors) {
   }
 }
 
+// The parallel runtime's fields (docs/rank-contract.md) reach the StepReport as sent.
+TEST(ProgressParserTest, CommBytesAndRatios) {
+  auto r = ParseProgressLine(
+      R"({"event":"step","rank":1,"step":3,"total_steps":10,"step_seconds":0.2,)"
+      R"("comm_bytes":{"all_reduce":880640,"tp_all_reduce":0,"pp_send_recv":4096},)"
+      R"("overlap_ratio":0.5,"bubble_ratio":0.25,"idle_ratio":0.125})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->has_value());
+  const v1::StepReport& s = **r;
+  EXPECT_EQ(s.comm_bytes().size(), 3u);
+  EXPECT_EQ(s.comm_bytes().at("all_reduce"), 880640u);
+  EXPECT_EQ(s.comm_bytes().at("tp_all_reduce"), 0u);
+  EXPECT_EQ(s.comm_bytes().at("pp_send_recv"), 4096u);
+  EXPECT_DOUBLE_EQ(s.overlap_ratio(), 0.5);
+  EXPECT_DOUBLE_EQ(s.bubble_ratio(), 0.25);
+  EXPECT_DOUBLE_EQ(s.idle_ratio(), 0.125);
+
+  // Absent fields (an older loom-train) read as zero, not as an error.
+  auto old = ParseProgressLine(R"({"event":"step","step":3})");
+  ASSERT_TRUE(old.ok() && old->has_value()) << old.status();
+  EXPECT_TRUE((*old)->comm_bytes().empty());
+  EXPECT_DOUBLE_EQ((*old)->idle_ratio(), 0.0);
+}
+
+TEST(ProgressParserTest, BadCommBytesAndRatiosAreErrors) {
+  struct Case {
+    const char* line;
+    const char* error;  // what the message must name
+  };
+  for (const Case& c : {
+           Case{R"({"event":"step","step":1,"idle_ratio":1.5})",
+                "\"idle_ratio\" must be in [0, 1]"},
+           Case{R"({"event":"step","step":1,"bubble_ratio":-0.1})",
+                "\"bubble_ratio\" must be in [0, 1]"},
+           Case{R"({"event":"step","step":1,"overlap_ratio":2})",
+                "\"overlap_ratio\" must be in [0, 1]"},
+           Case{R"({"event":"step","step":1,"idle_ratio":"0.5"})", "\"idle_ratio\""},
+           Case{R"({"event":"step","step":1,"comm_bytes":{"all_reduce":-1}})",
+                "entry \"all_reduce\" must be a non-negative integer"},
+           Case{R"({"event":"step","step":1,"comm_bytes":{"all_gather":1.5}})",
+                "entry \"all_gather\" must be a non-negative integer"},
+           Case{R"({"event":"step","step":1,"comm_bytes":{"all_gather":"7"}})",
+                "entry \"all_gather\" must be a non-negative integer"},
+           Case{R"({"event":"step","step":1,"comm_bytes":[1]})",
+                "\"comm_bytes\" must be an object"},
+       }) {
+    auto r = ParseProgressLine(c.line);
+    ASSERT_FALSE(r.ok()) << c.line;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << c.line;
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr(c.error)) << c.line;
+  }
+}
+
 TEST(RankExitTest, ClassifiesPerContract) {
   RankExit ok = ClassifyExit(W_EXITCODE(0, 0), "", "");
   EXPECT_EQ(ok.exit_class, v1::EXIT_CLASS_SUCCESS);
