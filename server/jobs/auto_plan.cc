@@ -11,11 +11,10 @@ namespace loom::jobs {
 namespace {
 
 // loom-train runs data, tensor and pipeline parallelism (1F1B or GPipe, any stage boundaries)
-// and ZeRO-1, but no activation recomputation yet, and its ZeRO-1 all-reduces the gradients
-// before all-gathering the parameters (half as many bytes again as plain data parallelism, which
-// the planner's time model does not charge): auto lets the planner choose dp, tp, pp, the
-// micro-batching and the stages, and keeps recompute and ZeRO-1 off. Set to true to go back to
-// plain data parallelism.
+// and ZeRO-1, but no activation recomputation yet, and its ZeRO-1 reduce-scatters the gradients
+// after backward instead of overlapping them (exposed time the planner's time model does not
+// charge): auto lets the planner choose dp, tp, pp, the micro-batching and the stages, and keeps
+// recompute and ZeRO-1 off. Set to true to go back to plain data parallelism.
 constexpr bool kAutoRunsDataParallelOnly = false;
 
 // Shown in the plan's reasons while the switch is on.
@@ -26,7 +25,7 @@ constexpr char kRuntimeLimit[] =
 // Shown in the plan's reasons when the switch is off.
 constexpr char kNoRecompute[] =
     "auto keeps recompute none and ZeRO-1 off: loom-train has no activation recomputation yet, "
-    "and its ZeRO-1 moves more bytes than plain data parallelism";
+    "and its ZeRO-1 does not overlap the gradient reduce-scatter with backward";
 
 AutoPlanOutcome KeepDefault(const v1::Layout& default_layout, const std::string& why) {
   AutoPlanOutcome out;

@@ -3,8 +3,11 @@
 // Every collective is checked against a known result; Abort must unblock a waiting Recv.
 // The rendezvous through a KeyValueStore (the path of loomd's RendezvousService) is driven with
 // an in-memory store, so the training core's side of it is tested without gRPC.
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -21,6 +24,7 @@
 #include "worker/train/comm/file_store.h"
 #include "worker/train/comm/key_value_store.h"
 #include "worker/train/error.h"
+#include "worker/train/parallel/zero_optimizer.h"
 
 namespace loom::train {
 namespace {
@@ -315,6 +319,100 @@ TEST(GlooCommTest, ReduceScatterAndAllGatherShapes) {
       for (size_t j = 0; j < chunk; ++j) ASSERT_EQ(all[q * chunk + j], static_cast<float>(q));
     }
   });
+}
+
+// The ring reduce-scatter: known sums for 2, 3 and 4 ranks, chunks of one float, of an odd
+// length and of a length that is no power of two, several in flight and interleaved with an
+// all-reduce (distinct tags must keep their messages apart).
+TEST(GlooCommTest, ReduceScatterKnownSumsForSeveralSizes) {
+  for (int size : {2, 3, 4}) {
+    RunWorld(size, [size](int r, Communicator& c) {
+      const std::vector<size_t> chunks = {1, 7, 1000};
+      std::vector<std::vector<float>> ins, outs;
+      std::vector<WorkHandle> works;
+      std::vector<float> between(5, static_cast<float>(r));
+      for (size_t n : chunks) {
+        std::vector<float> in(size * n);  // (size, n): block q goes to rank q
+        for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>((r + 1) * 1000 + i);
+        ins.push_back(std::move(in));
+        outs.emplace_back(n, -1.0f);
+      }
+      for (size_t k = 0; k < chunks.size(); ++k) {
+        works.push_back(c.ReduceScatterSum(ins[k].data(), outs[k].data(), chunks[k]));
+        if (k == 0) works.push_back(c.AllReduceSum(between.data(), between.size()));
+      }
+      for (auto it = works.rbegin(); it != works.rend(); ++it) (*it)->Wait();
+      const float ranks_sum = size * (size + 1) / 2.0f;  // sum of r + 1
+      for (size_t k = 0; k < chunks.size(); ++k) {
+        const size_t n = chunks[k];
+        for (size_t j = 0; j < n; ++j) {
+          // sum over q of (q + 1) * 1000 + r * n + j, exact in fp32 at these magnitudes.
+          const float want = 1000.0f * ranks_sum + size * static_cast<float>(r * n + j);
+          ASSERT_EQ(outs[k][j], want) << "size " << size << " n " << n << " j " << j;
+        }
+        for (size_t i = 0; i < ins[k].size(); ++i) {  // the input is read only
+          ASSERT_EQ(ins[k][i], static_cast<float>((r + 1) * 1000 + i));
+        }
+      }
+      for (float v : between) ASSERT_EQ(v, size * (size - 1) / 2.0f);
+    });
+  }
+}
+
+// Rounding depends only on the ring's fixed order of additions, never on timing: values whose
+// sums round repeat bit for bit across runs.
+TEST(GlooCommTest, ReduceScatterIsDeterministic) {
+  const int size = 4;
+  const size_t n = 333;
+  RunWorld(size, [&](int r, Communicator& c) {
+    std::vector<float> in(size * n);
+    for (size_t i = 0; i < in.size(); ++i) {
+      in[i] = std::sin(static_cast<float>(i * 7 + r * 13)) * std::pow(10.0f, (i + r) % 7 - 3.0f);
+    }
+    std::vector<float> first(n), again(n);
+    c.ReduceScatterSum(in.data(), first.data(), n)->Wait();
+    for (int rep = 0; rep < 5; ++rep) {
+      c.ReduceScatterSum(in.data(), again.data(), n)->Wait();
+      ASSERT_EQ(std::memcmp(first.data(), again.data(), n * sizeof(float)), 0) << rep;
+    }
+    // Close to the sum in double (any order): the ring sums every block once from each rank.
+    for (size_t j = 0; j < n; ++j) {
+      double want = 0.0;
+      for (int q = 0; q < size; ++q) {
+        const size_t i = r * n + j;
+        want += std::sin(static_cast<float>(i * 7 + q * 13)) * std::pow(10.0f, (i + q) % 7 - 3.0f);
+      }
+      ASSERT_NEAR(first[j], want, 1e-5 * (1.0 + std::abs(want))) << j;
+    }
+  });
+}
+
+// ZeRO-1's collectives on buffers that dp does not divide (a zero-padded tail) and with ranks
+// whose range is empty: each rank gets the scaled sum of its range and nothing else changes;
+// the gather then gives every rank the whole buffer.
+TEST(GlooCommTest, ZeroRangesReduceScatterAndGatherWithPadding) {
+  for (int size : {3, 4}) {
+    RunWorld(size, [size](int r, Communicator& c) {
+      for (size_t n : {size_t{2}, size_t{10}, size_t{13}}) {
+        RangeGather zero(n, &c);
+        const ZeroRange& z = zero.range();
+        ASSERT_EQ(z.begin, std::min(n, z.shard * r));
+        std::vector<float> grads(n);
+        for (size_t i = 0; i < n; ++i) grads[i] = static_cast<float>((r + 1) * 100 + i);
+        zero.ReduceScatter(grads.data(), 0.5f);
+        const float ranks_sum = size * (size + 1) / 2.0f;  // sum of r + 1
+        auto mean = [&](size_t i) { return 0.5f * (100.0f * ranks_sum + size * i); };
+        for (size_t i = 0; i < n; ++i) {
+          const bool mine = i >= z.begin && i < z.end;
+          ASSERT_EQ(grads[i], mine ? mean(i) : static_cast<float>((r + 1) * 100 + i))
+              << "size " << size << " n " << n << " i " << i;
+        }
+        std::vector<float> full(n, -1.0f);
+        zero.Gather(grads.data() + z.begin, full.data());
+        for (size_t i = 0; i < n; ++i) ASSERT_EQ(full[i], mean(i)) << i;
+      }
+    });
+  }
 }
 
 TEST(GlooCommTest, BroadcastFromEachRoot) {

@@ -1,6 +1,7 @@
 #include "worker/train/trainer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -86,9 +87,14 @@ Trainer::Trainer(const JobConfig& config, const BatchShape& shape, const Dataset
              "the world communicator does not match the layout");
   model_.InitWeights(config.seed);
   if (!Alone(comms_.dp)) {
-    buckets_ = std::make_unique<GradBuckets>(model_.tensors(), config.model.layers,
-                                             options.bucket_bytes, comms_.dp);
-    if (shape_.zero1) zero_ = std::make_unique<RangeGather>(model_.num_params(), comms_.dp);
+    // ZeRO-1 reduce-scatters the gradients once after backward instead of all-reducing them in
+    // buckets (parallel/zero_optimizer.h).
+    if (shape_.zero1) {
+      zero_ = std::make_unique<RangeGather>(model_.num_params(), comms_.dp);
+    } else {
+      buckets_ = std::make_unique<GradBuckets>(model_.tensors(), config.model.layers,
+                                               options.bucket_bytes, comms_.dp);
+    }
   }
   ops_ =
       StageSchedule(ParsePipelineKind(shape_.schedule), shape_.pp_size, shape_.pp_rank, shape_.K);
@@ -223,18 +229,37 @@ StepResult Trainer::Step() {
     comms_.emb->AllReduceSum(model_.grads() + wte.offset, wte.numel)->Wait();
     r.comm.emb_all_reduce = wte.numel * sizeof(float);
   }
+  if (zero_) {
+    // ZeRO-1: this rank's range of the dp mean. Both sums are linear, so the embedding group's
+    // sum above (of the whole wte, before the dp sum) gives the same total as the other order;
+    // it cannot come after, on the range, because the first and the last stage's ranges cover
+    // different parts of wte. The bytes count as "all_reduce", the dp gradient kind that loomd
+    // knows (server/metrics), at the padded input's size, as the all-reduce would be.
+    profiler_.Enter(Phase::kCommExposed);
+    const auto start = std::chrono::steady_clock::now();
+    zero_->ReduceScatter(model_.grads(), 1.0f / static_cast<float>(shape_.dp_size));
+    // All of it exposed: no buckets, so the overlap ratio stays 0.
+    r.dp_comm_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    r.comm.dp_all_reduce = zero_->reduce_scatter_bytes();
+  }
+  // The part of the gradients this rank reduced and updates: its ZeRO-1 range or everything.
+  const size_t begin = optimizer_.begin(), end = optimizer_.end();
   profiler_.Enter(Phase::kOptimizer);
   if (alone) {
     r.grad_norm = GradNorm(model_.grads(), table);
   } else {
     // One world all-reduce carries the loss (from the last stage's tensor rank 0, averaged over
-    // dp) and the squared gradient norm (each tensor once: its owners on dp rank 0).
+    // dp) and the squared gradient norm (each tensor once: its owners, on dp rank 0, or under
+    // ZeRO-1 on every dp rank for the part of them inside its range; the ranges tile the buffer).
     double sumsq = 0.0;
-    if (shape_.dp_rank == 0) {
+    if (zero_ || shape_.dp_rank == 0) {
       for (const TensorInfo& t : table) {
         if (t.numel == 0 || !t.owner) continue;
-        sumsq += loom::kernels::cpu::sum_of_squares(model_.grads() + t.offset,
-                                                    static_cast<long>(t.numel));
+        const size_t lo = std::max(t.offset, begin), hi = std::min(t.offset + t.numel, end);
+        if (lo >= hi) continue;
+        sumsq +=
+            loom::kernels::cpu::sum_of_squares(model_.grads() + lo, static_cast<long>(hi - lo));
       }
     }
     float shared[2] = {
@@ -252,7 +277,7 @@ StepResult Trainer::Step() {
                                    std::to_string(step_ + 1) +
                                    ": training diverged (lower the learning rate)");
   }
-  ClipGradients(model_.grads(), model_.num_params(), r.grad_norm, config_.grad_clip);
+  ClipGradients(model_.grads() + begin, end - begin, r.grad_norm, config_.grad_clip);
   r.lr = LearningRate(schedule_, step_);
   optimizer_.Update(model_.params(), model_.grads(), table, static_cast<float>(r.lr));
   if (zero_) {

@@ -10,11 +10,13 @@
 //   - Gradients accumulate over the K micro-batches and are averaged over the data-parallel
 //     group once per step, in buckets launched during the last micro-batch's backward
 //     (parallel/grad_buckets.h); with PP > 1 the first and the last stage then sum the tied
-//     embedding's gradient (wte is held by both).
+//     embedding's gradient (wte is held by both). Under ZeRO-1 (parallel/zero_optimizer.h) the
+//     embedding sum comes first and one reduce-scatter after backward averages each dp rank's
+//     range instead.
 //   - The loss is computed by the last stage and shared with every rank; the gradient norm sums
-//     each tensor once (TensorInfo::owner, on dp rank 0) over the world. Clipping, then AdamW,
-//     or ZeRO-1 (parallel/zero_optimizer.h): each dp rank updates its range and the ranges are
-//     all-gathered.
+//     each tensor once (TensorInfo::owner, on dp rank 0, or under ZeRO-1 each dp rank its range)
+//     over the world. Clipping, then AdamW, or under ZeRO-1: each dp rank updates its range and
+//     the ranges are all-gathered.
 // Deterministic: the same seed, data and batch shape give the same bits on a given machine,
 // resumed or not; the same global batch gives the same losses under any layout, up to the
 // order of the reductions.
@@ -46,7 +48,7 @@ namespace loom::train {
 // Bytes this rank moved in one step, per collective kind (what it contributed; an all-reduce of
 // n floats counts 4n bytes).
 struct CommBytes {
-  size_t dp_all_reduce = 0;     // gradient buckets over the dp group
+  size_t dp_all_reduce = 0;     // gradient buckets over the dp group (ZeRO-1: reduce-scatter)
   size_t tp_all_reduce = 0;     // the model's tensor-parallel all-reduces (from the shapes)
   size_t pp_send_recv = 0;      // activations and gradients sent and received
   size_t emb_all_reduce = 0;    // the tied embedding's gradient between the first and last stage

@@ -28,6 +28,8 @@ namespace {
 
 // Slot prefix of point-to-point messages: above Gloo's own collective prefixes (0x01..0x08).
 constexpr uint8_t kP2pSlotPrefix = 0x40;
+// Slot prefix of the ring reduce-scatter's messages (slot = prefix, collective tag + step).
+constexpr uint8_t kRingSlotPrefix = 0x41;
 
 class GlooCommunicator : public Communicator {
  public:
@@ -57,21 +59,50 @@ class GlooCommunicator : public Communicator {
     });
   }
 
-  // A first implementation: all-reduce a copy, keep this rank's chunk (twice the traffic of a
-  // direct reduce-scatter; ZeRO-1, its user, is a later step).
+  // A ring reduce-scatter over the full mesh's pairs: size - 1 steps; in step s rank r sends
+  // its running sum of chunk (r - s - 1) mod size to rank r + 1 and receives chunk
+  // (r - s - 2) mod size from rank r - 1, to which it adds its own. Each rank sends and receives
+  // (size - 1) * n floats, half of what an all-reduce of the whole input would move. Chunk c is
+  // summed in one fixed order (starting at rank c + 1, ending at rank c), so the result is
+  // independent of timing. Gloo's own reduce-scatter (halving-doubling) is the older
+  // pointer-vector Algorithm API with context-wide slots, which does not fit the tagged,
+  // timeout-bounded options API used by the other collectives here.
   WorkHandle ReduceScatterSum(const float* in, float* out, size_t n) override {
     const uint32_t tag = next_tag_++;
     return collectives_->Enqueue("gloo reduce_scatter", [this, in, out, n, tag] {
       if (n == 0) return;
-      std::vector<float> all(in, in + n * size());  // (size, n)
-      gloo::AllreduceOptions opts(context_);
-      opts.setOutput(all.data(), all.size());
-      opts.setReduceFunction(
-          static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
-      opts.setTag(tag);
-      opts.setTimeout(timeout_);
-      gloo::allreduce(opts);
-      std::copy_n(all.data() + n * rank(), n, out);
+      const int p = size(), r = rank();
+      // A slot carries at most 255 steps past its base (gloo::Slot::operator+).
+      LOOM_CHECK(p <= 256, "the ring reduce-scatter supports groups of at most 256 ranks");
+      if (p == 1) {
+        std::copy_n(in, n, out);
+        return;
+      }
+      const int next = (r + 1) % p, prev = (r + p - 1) % p;
+      auto chunk = [&](int c) { return in + static_cast<size_t>((c % p + p) % p) * n; };
+      // send: the running sum leaving in this step; recv: the peer's arriving one.
+      std::vector<float> send(chunk(r - 1), chunk(r - 1) + n);
+      std::vector<float> recv(n);
+      std::shared_ptr<gloo::transport::UnboundBuffer> send_buf =
+          context_->createUnboundBuffer(send.data(), n * sizeof(float));
+      std::shared_ptr<gloo::transport::UnboundBuffer> recv_buf =
+          context_->createUnboundBuffer(recv.data(), n * sizeof(float));
+      collectives_->SetInterrupt([send_buf, recv_buf] {
+        send_buf->abortWaitSend();
+        recv_buf->abortWaitRecv();
+      });
+      for (int s = 0; s < p - 1; ++s) {
+        // One slot per step: a late step can never match an earlier one's message.
+        const uint64_t slot = gloo::Slot::build(kRingSlotPrefix, tag) + static_cast<uint8_t>(s);
+        recv_buf->recv(prev, slot);
+        send_buf->send(next, slot);
+        if (!recv_buf->waitRecv(timeout_) || !send_buf->waitSend(timeout_)) {
+          throw CommError("interrupted (reduce-scatter step " + std::to_string(s) + ")");
+        }
+        const float* own = chunk(r - s - 2);
+        float* dst = s == p - 2 ? out : send.data();
+        for (size_t i = 0; i < n; ++i) dst[i] = recv[i] + own[i];
+      }
     });
   }
 

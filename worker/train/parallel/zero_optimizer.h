@@ -1,13 +1,18 @@
 // ZeRO-1 (DESIGN.md, "DP"): the optimizer state is sharded across the data-parallel ranks.
 // Each dp rank owns one contiguous range of the stage's flat parameter buffer (AdamW's
-// [begin, end)), keeps m and v for it alone, updates that range of the parameters from the
-// averaged gradients, and then the ranges are all-gathered so every rank holds every parameter
-// again.
+// [begin, end)) and keeps m and v for it alone. A step reduce-scatters the gradients so that
+// each rank receives the sum of its range only, updates that range of the parameters, and then
+// the ranges are all-gathered so every rank holds every parameter again.
 //
-// The gradients are still averaged by the bucketed all-reduce (parallel/grad_buckets.h), which
-// overlaps backward; a rank then reads only its range. A reduce-scatter would move half the
-// bytes but could not start before the whole backward is done with this bucketing. What ZeRO-1
-// saves here is optimizer memory: 2 * num_params / dp floats per rank instead of 2 * num_params.
+// Traffic: a ring reduce-scatter plus a ring all-gather move as many bytes as one ring
+// all-reduce of the gradients, so ZeRO-1 costs what plain data parallelism costs (the earlier
+// all-reduce + all-gather cost 1.5 times that). Memory: 2 * num_params / dp floats of optimizer
+// state per rank instead of 2 * num_params. The price: the reduce-scatter starts after the
+// whole backward (no bucketed overlap under ZeRO-1).
+//
+// The ranges tile a buffer padded to dp * shard floats (ZeroRangeOf): rank r's padded block
+// [r * shard, (r + 1) * shard) is both its reduce-scatter block and its all-gather block, and
+// its range is that block clipped to n, so the two collectives and AdamW agree on who owns what.
 #ifndef LOOM_WORKER_TRAIN_PARALLEL_ZERO_OPTIMIZER_H_
 #define LOOM_WORKER_TRAIN_PARALLEL_ZERO_OPTIMIZER_H_
 
@@ -27,8 +32,9 @@ struct ZeroRange {
 };
 ZeroRange ZeroRangeOf(size_t n, int size, int rank);
 
-// Gathers every dp rank's range into a full buffer over `dp` (outlives this).
-// Threading: the training thread; each call blocks until its all-gather completed.
+// The dp collectives of ZeRO-1 over `dp` (outlives this): the gradients' reduce-scatter into
+// this rank's range and the ranges' all-gather.
+// Threading: the training thread; each call blocks until its collective completed.
 class RangeGather {
  public:
   RangeGather(size_t n, Communicator* dp);
@@ -37,7 +43,14 @@ class RangeGather {
   // full (n). `mine` may point into `full` (the parameters). Throws CommError.
   void Gather(const float* mine, float* full);
 
+  // range(grads) := sum over dp ranks of their grads in this rank's range, times `scale`,
+  // written to grads[range] (n floats; the rest of grads is left as it was). Throws CommError.
+  void ReduceScatter(float* grads, float scale);
+
   const ZeroRange& range() const { return range_; }
+  // Bytes reduce-scattered per call: the padded input this rank hands in (dp * shard floats),
+  // the size an all-reduce of the same gradients is counted at.
+  size_t reduce_scatter_bytes() const { return range_.shard * sizeof(float) * dp_->size(); }
   // Bytes all-gathered per call (what this rank receives and sends, padded).
   size_t bytes_per_call() const { return range_.shard * sizeof(float) * dp_->size(); }
 
@@ -45,8 +58,9 @@ class RangeGather {
   size_t n_;
   Communicator* dp_;
   ZeroRange range_;
-  std::vector<float> in_;   // (shard)
-  std::vector<float> out_;  // (size * shard)
+  std::vector<float> in_;      // (shard)
+  std::vector<float> out_;     // (size * shard)
+  std::vector<float> padded_;  // (size * shard): the gradients with a zero tail, when n < that
 };
 
 }  // namespace loom::train
