@@ -174,6 +174,15 @@ TEST(CliTest, BadInputExitsTwoWithAOneLineMessage) {
       "--preset tiny " + flags + " --global-batch-tokens 64", "LOOM_WORLD_SIZE: 2 ranks need");
   WriteText(dir / "tokens.bin", std::string(1024, '\0'));
   expect_bad("", "--preset tiny --data tokens.bin --steps 2", "tokens.bin: bad magic 0");
+  // The GPU path (issue 5) refuses what it cannot do yet before touching a device, in a build
+  // with or without CUDA: other layouts, checkpoints; and a device that is no device.
+  expect_bad("", "--preset tiny " + flags + " --device tpu", "--device: expected cpu, cuda");
+  expect_bad("", "--preset tiny " + flags + " --device cuda --checkpoint-dir ck-gpu", "--device: ");
+  EXPECT_FALSE(std::filesystem::exists(dir / "ck-gpu"));
+  expect_bad(
+      "LOOM_WORLD_SIZE=2 LOOM_RANK=0 "
+      "LOOM_LAYOUT=data=2,tensor=1,pipeline=1,micro_batch=1,num_micro_batches=2",
+      "--preset tiny " + flags + " --global-batch-tokens 64 --device cuda", "--device: ");
 
   // A checkpoint of another model: refused, and left exactly as it was.
   Result made = RunBinary(dir, "", "--hidden 32 --preset tiny " + flags + " --checkpoint-dir ck");

@@ -387,6 +387,20 @@ TEST(FlagsTest, FlagsOverlayTheSpec) {
               HasSubstr("--dp-overlap: expected true or false"));
 }
 
+TEST(FlagsTest, Device) {
+  EXPECT_EQ(ParseFlags({}).device, "");  // not given: LOOM_DEVICE decides, else the CPU
+  EXPECT_EQ(ParseFlags({"--device", "cpu"}).device, "cpu");
+  EXPECT_EQ(ParseFlags({"--device=cuda"}).device, "cuda");
+  EXPECT_EQ(ParseFlags({"--device", "cuda:3"}).device, "cuda:3");
+  for (const char* bad : {"gpu", "cuda:", "cuda:x", "cuda:-1", "CUDA"}) {
+    EXPECT_THAT(ErrorOf([bad] {
+                  ParseFlags({"--device", bad});
+                }),
+                HasSubstr("--device: expected cpu, cuda or cuda:N"))
+        << bad;
+  }
+}
+
 TEST(RankEnvTest, ReadsTheContractVariables) {
   std::map<std::string, std::string> vars = {
       {"LOOM_JOB", "jobs/j1"},

@@ -1,7 +1,8 @@
 // loom-train: the training process, one per device (DESIGN.md, "The training core").
 // The entry point is the one place that may bring in gRPC: where loom-train is built with it
 // (LOOM_HAVE_GRPC_RENDEZVOUS, not under LOOM_TRAIN_ONLY), it hands the training core the
-// client of loomd's RendezvousService for LOOM_RENDEZVOUS.
+// client of loomd's RendezvousService for LOOM_RENDEZVOUS. Where it is built with the CUDA
+// backend (LOOM_HAVE_CUDA_TRAINER), it hands over the GPU trainer for --device cuda as well.
 #include <csignal>
 #include <cstdlib>
 #include <string>
@@ -11,6 +12,10 @@
 #ifdef LOOM_HAVE_GRPC_RENDEZVOUS
 #include "worker/train/comm/grpc_rendezvous_store.h"
 #endif
+#ifdef LOOM_HAVE_CUDA_TRAINER
+#include "worker/train/cuda_trainer.h"
+#include "worker/train/device/cuda_memory.h"
+#endif
 
 int main(int argc, char** argv) {
   // A closed progress pipe must surface as EPIPE (reported, then skipped), not kill the rank.
@@ -19,6 +24,10 @@ int main(int argc, char** argv) {
   loom::train::RunOptions options;
 #ifdef LOOM_HAVE_GRPC_RENDEZVOUS
   options.service_store = &loom::train::OpenGrpcRendezvousStore;
+#endif
+#ifdef LOOM_HAVE_CUDA_TRAINER
+  options.cuda_trainer = &loom::train::MakeCudaTrainer;
+  options.cuda_device_count = &loom::train::CudaDeviceCount;
 #endif
   return loom::train::RunLoomTrain(
       args, [](const char* name) { return std::getenv(name); }, options);

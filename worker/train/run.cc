@@ -20,6 +20,7 @@
 #include "worker/train/config/job_config.h"
 #include "worker/train/config/rank_env.h"
 #include "worker/train/data/dataset.h"
+#include "worker/train/device/caching_allocator.h"
 #include "worker/train/error.h"
 #include "worker/train/progress.h"
 #include "worker/train/trainer.h"
@@ -122,6 +123,101 @@ void AgreeOnResume(const std::optional<std::string>& resume, const ProcessGroups
   }
 }
 
+// Where the model trains (issue 5). --device wins; without it, LOOM_DEVICE=cuda:N from
+// loom-worker picks GPU N where the build has the CUDA trainer and the GPU path can run the job,
+// and otherwise the job trains on the CPU as before (with a note).
+struct DevicePlan {
+  bool cuda = false;
+  int index = 0;  // the CUDA device
+};
+
+// The device index of "cuda" (0) or "cuda:N" (flags and LOOM_DEVICE were validated).
+int CudaIndexOf(const std::string& device) {
+  return device.size() > 5 ? std::atoi(device.c_str() + 5) : 0;
+}
+
+// What the GPU path cannot do yet for this run, or "" when it can run it.
+std::string CudaUnsupported(const Flags& flags, const BatchShape& shape,
+                            const std::string& checkpoint_dir) {
+  if (shape.dp_size > 1 || shape.tp_size > 1 || shape.pp_size > 1) {
+    return "training on the GPU runs one rank holding the whole model; data, tensor and "
+           "pipeline parallelism on the GPU are not supported yet (this layout: data " +
+           std::to_string(shape.dp_size) + ", tensor " + std::to_string(shape.tp_size) +
+           ", pipeline " + std::to_string(shape.pp_size) + ")";
+  }
+  if (!checkpoint_dir.empty()) {
+    return "checkpoints are not supported on the GPU path yet (checkpoint dir \"" + checkpoint_dir +
+           "\"); train without a checkpoint dir, or with --device cpu";
+  }
+  if (!flags.init_from_llmc.empty() || !flags.export_llmc.empty()) {
+    return "llm.c model files (--init-from-llmc, --export-llmc) are not supported on the GPU "
+           "path yet; use --device cpu";
+  }
+  return "";
+}
+
+DevicePlan PlanDevice(const Flags& flags, const RankEnv& env, const BatchShape& shape,
+                      const std::string& checkpoint_dir, const RunOptions& options) {
+  DevicePlan plan;
+  if (!flags.device.empty()) {
+    if (flags.device == "cpu") return plan;
+    if (!options.cuda_trainer) {
+      throw BadInput("--device",
+                     "this loom-train was built without the CUDA backend "
+                     "(LOOM_CUDA=OFF or no nvcc); use --device cpu or a CUDA build");
+    }
+    const std::string problem = CudaUnsupported(flags, shape, checkpoint_dir);
+    if (!problem.empty()) throw BadInput("--device", problem);
+    plan.cuda = true;
+    plan.index = CudaIndexOf(flags.device);
+    return plan;
+  }
+  if (env.device.rfind("cuda:", 0) == 0 && options.cuda_trainer) {
+    std::string problem = CudaUnsupported(flags, shape, checkpoint_dir);
+    const int count = options.cuda_device_count ? options.cuda_device_count() : 0;
+    if (problem.empty() && CudaIndexOf(env.device) >= count) {
+      problem = "this machine has " + std::to_string(count) + " CUDA device(s)";
+    }
+    if (problem.empty()) {
+      plan.cuda = true;
+      plan.index = CudaIndexOf(env.device);
+    } else {
+      std::fprintf(stderr, "loom-train: note: training in fp32 on the CPU (LOOM_DEVICE=%s): %s\n",
+                   env.device.c_str(), problem.c_str());
+    }
+  }
+  return plan;
+}
+
+// The training loop on one CUDA device: the CPU loop's progress and evaluation, no checkpoints
+// (PlanDevice refused them).
+int RunOnCuda(const JobConfig& config, const BatchShape& shape, const Dataset& data,
+              const RankEnv& env, const Flags& flags, const RunOptions& options, int device) {
+  std::unique_ptr<DeviceTrainer> trainer = options.cuda_trainer(config, shape, data, device);
+  if (config.precision != "bf16") {
+    std::fprintf(stderr,
+                 "loom-train: note: the GPU path trains in bf16 mixed precision (fp32 master "
+                 "weights); precision %s is not available there\n",
+                 config.precision.c_str());
+  }
+  std::fprintf(stderr,
+               "loom-train: %s %s (%zu parameters), %lld steps of %d x %d x %d tokens, lr %g, on "
+               "cuda:%d in bf16, no checkpoint dir\n",
+               config.preset.empty() ? "model" : config.preset.c_str(),
+               DimsString(config.model).c_str(), trainer->num_params(),
+               static_cast<long long>(config.steps), shape.K, shape.B, shape.T, config.lr, device);
+  Progress progress(env.rank, config.steps, env.progress_fd, ::isatty(2) == 1 && !flags.quiet);
+  while (trainer->step() < config.steps) {
+    StepResult r = trainer->Step();
+    progress.Step(r);
+    const bool last = r.step == config.steps;
+    if (config.eval_every > 0 && (r.step % config.eval_every == 0 || last)) {
+      progress.Eval(r.step, trainer->Evaluate());
+    }
+  }
+  return kExitOk;
+}
+
 int Run(const std::vector<std::string>& args, const std::function<const char*(const char*)>& getenv,
         const RunOptions& options) {
   Flags flags = ParseFlags(args);
@@ -135,15 +231,22 @@ int Run(const std::vector<std::string>& args, const std::function<const char*(co
   std::string checkpoint_dir = !flags.checkpoint_dir.empty() ? flags.checkpoint_dir
                                : !env.checkpoint_dir.empty() ? env.checkpoint_dir
                                                              : config.checkpoint_dir;
-  if (env.device.rfind("cuda:", 0) == 0 || config.precision == "bf16") {
+  const DevicePlan device = PlanDevice(flags, env, shape, checkpoint_dir, options);
+  if (!device.cuda && options.cuda_trainer == nullptr &&
+      (env.device.rfind("cuda:", 0) == 0 || config.precision == "bf16")) {
     std::fprintf(stderr,
                  "loom-train: note: this build has only the CPU backend; training in "
                  "fp32 on the CPU (LOOM_DEVICE=%s, precision %s)\n",
                  env.device.c_str(), config.precision.c_str());
+  } else if (!device.cuda && config.precision == "bf16" && env.device.rfind("cuda:", 0) != 0) {
+    std::fprintf(stderr,
+                 "loom-train: note: precision bf16 is the GPU path's (--device cuda); training "
+                 "in fp32 on the CPU\n");
   }
 
   Dataset data = Dataset::Load(config.data_path, config.data_builtin, config.val_path,
                                config.model.vocab, config.seq_len);
+  if (device.cuda) return RunOnCuda(config, shape, data, env, flags, options, device.index);
   const bool sharded = shape.tp_size > 1 || shape.pp_size > 1;
   if (sharded && (!flags.init_from_llmc.empty() || !flags.export_llmc.empty())) {
     throw BadInput(flags.init_from_llmc.empty() ? "--export-llmc" : "--init-from-llmc",
@@ -225,6 +328,10 @@ int RunLoomTrain(const std::vector<std::string>& args,
   } catch (const InputError& e) {
     std::fprintf(stderr, "loom-train: %s\n", e.what());
     return kExitBadInput;
+  } catch (const OutOfMemoryError& e) {
+    // The GPU path's caching allocator: the micro-batch does not fit on the device.
+    std::fprintf(stderr, "loom-train: out of memory: %s\n", e.what());
+    return kExitCrash;
   } catch (const IoError& e) {
     std::fprintf(stderr, "loom-train: %s\n", e.what());
     return kExitCrash;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "worker/train/comm/key_value_store.h"
+#include "worker/train/device_trainer.h"
 
 namespace loom::train {
 
@@ -16,6 +17,12 @@ struct RunOptions {
   // Opens loomd's RendezvousService store (LOOM_RENDEZVOUS); empty in a build without gRPC,
   // where LOOM_RENDEZVOUS with more than one rank is a configuration error (exit 2).
   KeyValueStoreFactory service_store;
+  // Builds the CUDA trainer (cuda_trainer.h) for --device cuda or LOOM_DEVICE=cuda:N; empty in
+  // a build without the CUDA backend, where --device cuda is a configuration error (exit 2).
+  DeviceTrainerFactory cuda_trainer;
+  // The number of CUDA devices (with cuda_trainer): LOOM_DEVICE=cuda:N names a device that
+  // does not exist here -> the CPU, with a note, as in a build without CUDA.
+  std::function<int()> cuda_device_count;
 };
 
 // Runs loom-train with `args` (argv without the program name) and the environment read through

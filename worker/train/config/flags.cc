@@ -118,6 +118,14 @@ Flags ParseFlags(const std::vector<std::string>& args) {
       } else {
         throw BadInput(arg, "expected true or false, got \"" + value + "\"");
       }
+    } else if (arg == "--device") {
+      const bool cuda_n = value.rfind("cuda:", 0) == 0 && value.size() > 5 &&
+                          value.find_first_not_of("0123456789", 5) == std::string::npos &&
+                          value.size() <= 8;
+      if (value != "cpu" && value != "cuda" && !cuda_n) {
+        throw BadInput(arg, "expected cpu, cuda or cuda:N, got \"" + value + "\"");
+      }
+      flags.device = value;
     } else if (arg == "--init-from-llmc") {
       flags.init_from_llmc = value;
     } else {
@@ -137,9 +145,10 @@ Flags ParseFlags(const std::vector<std::string>& args) {
 const char* FlagsUsage() {
   return R"(usage: loom-train [--spec job.yaml] [flags]
 
-Trains a GPT-2 model on the CPU. Under loom-worker the LOOM_* environment of
-docs/rank-contract.md (LOOM_SPEC_FILE, LOOM_LAYOUT, LOOM_CHECKPOINT_DIR, LOOM_PROGRESS_FD)
-configures the run; flags override the spec.
+Trains a GPT-2 model on the CPU, or on one CUDA GPU in bf16 (--device cuda). Under
+loom-worker the LOOM_* environment of docs/rank-contract.md (LOOM_SPEC_FILE, LOOM_LAYOUT,
+LOOM_CHECKPOINT_DIR, LOOM_PROGRESS_FD, LOOM_DEVICE) configures the run; flags override the
+spec.
 
   --spec FILE              job spec, YAML or JSON (the keys of proto/loom/v1/job.proto)
   --preset NAME            tiny, small, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b
@@ -153,6 +162,10 @@ configures the run; flags override the spec.
   --checkpoint-every N     save every N steps (and always at the end)
   --init-from-llmc FILE    initialise from an llm.c GPT-2 model file (fp32, version 3)
   --export-llmc FILE       write the trained model as an llm.c GPT-2 model file
+  --device cpu|cuda        where the model trains (default cpu; cuda:N for GPU N; under
+                           loom-worker LOOM_DEVICE=cuda:N picks the GPU where this build has
+                           CUDA): cuda trains one rank in bf16 mixed precision (no data,
+                           tensor or pipeline parallelism, checkpoints or llm.c files yet)
   --quiet                  no human-readable progress on stderr
   --rendezvous-dir DIR     several ranks on one machine (or a shared file system) meet
                            there (else LOOM_RENDEZVOUS_DIR); with LOOM_RANK,

@@ -21,6 +21,9 @@ struct Flags {
   std::string rendezvous_dir;  // --rendezvous-dir DIR (wins over LOOM_RENDEZVOUS_DIR)
   double dp_bucket_mb = 25.0;  // --dp-bucket-mb X: data-parallel gradient bucket size, MiB
   bool dp_overlap = true;      // --dp-overlap true|false: all-reduce buckets during backward
+  // --device cpu|cuda|cuda:N: where the model trains; empty when not given (then LOOM_DEVICE
+  // decides, else the CPU). "cuda" means device 0.
+  std::string device;
 };
 
 // Parses argv ("--flag value" or "--flag=value"). Throws InputError naming the flag.

@@ -1,0 +1,39 @@
+// A trainer that runs the model on an accelerator instead of the CPU (issue 5): the interface
+// run.cc drives, so that the training core's entry (run.cc, in loom_train_core) needs no CUDA
+// header. The CUDA implementation (cuda_trainer.h) lives in loom_train_cuda, which the entry
+// point hands in through RunOptions where the build has it.
+#ifndef LOOM_WORKER_TRAIN_DEVICE_TRAINER_H_
+#define LOOM_WORKER_TRAIN_DEVICE_TRAINER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "worker/train/config/job_config.h"
+#include "worker/train/config/rank_env.h"
+#include "worker/train/data/dataset.h"
+#include "worker/train/trainer.h"
+
+namespace loom::train {
+
+class DeviceTrainer {
+ public:
+  virtual ~DeviceTrainer() = default;
+  // One optimizer step; the same StepResult (and so the same progress line) as Trainer::Step.
+  // Throws InputError when the loss is not finite.
+  virtual StepResult Step() = 0;
+  // Mean loss over the fixed validation batches (as Trainer::Evaluate).
+  virtual float Evaluate() = 0;
+  virtual int64_t step() const = 0;  // completed optimizer steps
+  virtual size_t num_params() const = 0;
+};
+
+// Builds a device trainer for one rank that holds the whole model (dp = tp = pp = 1) on device
+// `device`. Throws InputError when the device does not exist.
+using DeviceTrainerFactory = std::function<std::unique_ptr<DeviceTrainer>(
+    const JobConfig& config, const BatchShape& shape, const Dataset& data, int device)>;
+
+}  // namespace loom::train
+
+#endif  // LOOM_WORKER_TRAIN_DEVICE_TRAINER_H_

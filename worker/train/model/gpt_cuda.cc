@@ -1,0 +1,424 @@
+#include "worker/train/model/gpt_cuda.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "kernels/cuda/adamw.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/cast.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/crossentropy.h"
+#include "kernels/cuda/encoder.h"
+#include "kernels/cuda/gelu.h"
+#include "kernels/cuda/grad_norm.h"
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/layernorm.h"
+#include "kernels/cuda/matmul.h"
+#include "kernels/cuda/residual.h"
+#include "worker/train/device/cuda_stream.h"
+#include "worker/train/error.h"
+
+namespace loom::train {
+
+namespace kc = loom::kernels::cuda;
+namespace launch = loom::kernels::cuda::launch;
+
+namespace {
+
+// The ParamTable's order (params.h); View relies on it.
+constexpr const char* kTensorNames[kNumParamTensors] = {
+    "wte",  "wpe",  "ln1w", "ln1b", "qkvw",    "qkvb",    "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw",  "fcb",  "fcprojw", "fcprojb", "lnfw",     "lnfb"};
+
+// llm.c pads the vocabulary to a multiple of 64 so the head GEMM's dimension is aligned.
+constexpr int kVocabPad = 64;
+
+}  // namespace
+
+GptCuda::GptCuda(const ModelDims& dims, int device) : dims_(dims), device_(device) {
+  LOOM_CHECK(DimsProblem(dims).empty(), "invalid model dimensions: " + DimsProblem(dims));
+  LOOM_CUDA_CHECK(cudaSetDevice(device));
+  LOOM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  gemm_ = std::make_unique<kc::GemmContext>();
+  memory_ = std::make_unique<CudaMemory>();
+  allocator_ = std::make_unique<CachingAllocator>(memory_.get());
+
+  table_ = ParamTable(dims);
+  LOOM_CHECK(static_cast<int>(table_.size()) == kNumParamTensors, "unexpected parameter table");
+  for (int i = 0; i < kNumParamTensors; ++i) {
+    LOOM_CHECK(table_[i].name == kTensorNames[i], "unexpected parameter table order");
+  }
+  num_params_ = ParamCount(table_);
+  const size_t V = static_cast<size_t>(dims.vocab), C = static_cast<size_t>(dims.channels);
+  Vp_ = static_cast<int>(launch::CeilDiv(dims.vocab, kVocabPad) * kVocabPad);
+  const size_t pad = (static_cast<size_t>(Vp_) - V) * C;  // the padding rows of wte
+  LOOM_CHECK(table_[0].offset == 0 && table_[0].numel == V * C, "wte must come first");
+  dev_offset_.resize(kNumParamTensors);
+  dev_numel_.resize(kNumParamTensors);
+  for (int i = 0; i < kNumParamTensors; ++i) {
+    dev_offset_[i] = table_[i].offset + (i == 0 ? 0 : pad);
+    dev_numel_[i] = table_[i].numel + (i == 0 ? pad : 0);
+  }
+  num_dev_params_ = num_params_ + pad;
+
+  const size_t n = num_dev_params_;
+  params_ = static_cast<bf16*>(Alloc(n * sizeof(bf16)));
+  grads_ = static_cast<bf16*>(Alloc(n * sizeof(bf16)));
+  master_ = static_cast<float*>(Alloc(n * sizeof(float)));
+  m_ = static_cast<float*>(Alloc(n * sizeof(float)));
+  v_ = static_cast<float*>(Alloc(n * sizeof(float)));
+  norm_partials_ = static_cast<float*>(Alloc(launch::kGradNormBlocks * sizeof(float)));
+  norm_out_ = static_cast<float*>(Alloc(sizeof(float)));
+  param_blocks_ = {params_, grads_, master_, m_, v_, norm_partials_, norm_out_};
+}
+
+GptCuda::~GptCuda() {
+  // Everything queued must be done before the memory goes back and the handles are destroyed.
+  LOOM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  FreeActivations();
+  for (void* p : param_blocks_) allocator_->Free(p);
+  allocator_.reset();
+  memory_.reset();
+  gemm_.reset();
+  LOOM_CUDA_CHECK(cudaStreamDestroy(stream_));
+}
+
+void* GptCuda::Alloc(size_t bytes) { return allocator_->Allocate(bytes, ToStreamId(stream_)); }
+
+void GptCuda::FreeActivations() {
+  for (void* p : act_blocks_) allocator_->Free(p);
+  act_blocks_.clear();
+  a_ = Acts{};
+  s_ = Grads{};
+  B_ = T_ = 0;
+  dlosses_value_ = -1.0f;
+}
+
+GptCuda::Tensors GptCuda::View(bf16* base) const {
+  Tensors t;
+  bf16** fields[kNumParamTensors] = {&t.wte,      &t.wpe,      &t.ln1w, &t.ln1b, &t.qkvw, &t.qkvb,
+                                     &t.attprojw, &t.attprojb, &t.ln2w, &t.ln2b, &t.fcw,  &t.fcb,
+                                     &t.fcprojw,  &t.fcprojb,  &t.lnfw, &t.lnfb};
+  for (int i = 0; i < kNumParamTensors; ++i) *fields[i] = base + dev_offset_[i];
+  return t;
+}
+
+void GptCuda::InitWeights(uint64_t seed) {
+  // The CPU model's initialisation, bit for bit, then the padded device layout.
+  std::vector<float> host(num_params_);
+  InitParams(host.data(), table_, dims_.layers, seed);
+  std::vector<float> padded(num_dev_params_, 0.0f);  // wte's padding rows stay 0
+  for (int i = 0; i < kNumParamTensors; ++i) {
+    std::copy(host.begin() + table_[i].offset, host.begin() + table_[i].offset + table_[i].numel,
+              padded.begin() + dev_offset_[i]);
+  }
+  const size_t n = num_dev_params_;
+  LOOM_CUDA_CHECK(
+      cudaMemcpyAsync(master_, padded.data(), n * sizeof(float), cudaMemcpyHostToDevice, stream_));
+  kc::cast_f32_to_bf16(params_, master_, static_cast<long>(n), stream_);
+  LOOM_CUDA_CHECK(cudaMemsetAsync(m_, 0, n * sizeof(float), stream_));
+  LOOM_CUDA_CHECK(cudaMemsetAsync(v_, 0, n * sizeof(float), stream_));
+  LOOM_CUDA_CHECK(cudaMemsetAsync(grads_, 0, n * sizeof(bf16), stream_));
+  // `padded` is a pageable host buffer: wait before it goes away.
+  LOOM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void GptCuda::Reserve(int B, int T) {
+  LOOM_CHECK(B >= 1, "batch size must be >= 1");
+  LOOM_CHECK(T >= 1 && T <= dims_.max_seq_len, "sequence length must be in [1, maxT]");
+  if (B == B_ && T == T_) return;
+  FreeActivations();
+  const size_t L = dims_.layers, C = dims_.channels, NH = dims_.heads, Vp = Vp_;
+  const size_t N = static_cast<size_t>(B) * T;
+  auto bf = [this](size_t n) {
+    void* p = Alloc(n * sizeof(bf16));
+    act_blocks_.push_back(p);
+    return static_cast<bf16*>(p);
+  };
+  auto f32 = [this](size_t n) {
+    void* p = Alloc(n * sizeof(float));
+    act_blocks_.push_back(p);
+    return static_cast<float*>(p);
+  };
+  auto i32 = [this](size_t n) {
+    void* p = Alloc(n * sizeof(int));
+    act_blocks_.push_back(p);
+    return static_cast<int*>(p);
+  };
+  a_.encoded = bf(N * C);
+  a_.ln1 = bf(L * N * C);
+  a_.ln1_mean = f32(L * N);
+  a_.ln1_rstd = f32(L * N);
+  a_.qkv = bf(L * N * 3 * C);
+  a_.atty = bf(L * N * C);
+  a_.att = bf(L * B * NH * T * T);
+  a_.residual2 = bf(L * N * C);
+  a_.ln2 = bf(L * N * C);
+  a_.ln2_mean = f32(L * N);
+  a_.ln2_rstd = f32(L * N);
+  a_.fch = bf(L * N * 4 * C);
+  a_.fch_gelu = bf(L * N * 4 * C);
+  a_.residual3 = bf(L * N * C);
+  a_.proj = bf(N * C);
+  a_.lnf = bf(N * C);
+  a_.lnf_mean = f32(N);
+  a_.lnf_rstd = f32(N);
+  a_.logits = bf(N * Vp);
+  a_.lse = f32(N);
+  a_.losses = f32(N);
+  a_.tokens = i32(N);
+  a_.targets = i32(N);
+
+  s_.dlosses = f32(N);
+  s_.dlogits = bf(N * Vp);
+  s_.dresidual = bf(N * C);
+  s_.dln = bf(N * C);
+  s_.datty = bf(N * C);
+  s_.dqkv = bf(N * 3 * C);
+  s_.dfch_gelu = bf(N * 4 * C);
+  s_.dfch = bf(N * 4 * C);
+  s_.ln_scratch = f32(static_cast<size_t>(
+      launch::LayerNormBackwardScratchFloats(static_cast<long>(N), static_cast<long>(C))));
+  s_.att_scratch = Alloc(launch::AttentionScratchBytes(T, static_cast<long>(NH)));
+  act_blocks_.push_back(s_.att_scratch);
+
+  host_losses_.assign(N, 0.0f);
+  B_ = B;
+  T_ = T;
+}
+
+GptCuda::bf16* GptCuda::BlockInput(int l) const {
+  const size_t NC = static_cast<size_t>(B_) * T_ * dims_.channels;
+  return l == 0 ? a_.encoded : a_.residual3 + static_cast<size_t>(l - 1) * NC;
+}
+
+void GptCuda::Forward(const int* tokens, const int* targets) {
+  LOOM_CHECK(B_ > 0, "call Reserve before Forward");
+  LOOM_CHECK(tokens != nullptr && targets != nullptr, "Forward needs tokens and targets");
+  const int B = B_, T = T_, C = dims_.channels, V = dims_.vocab, L = dims_.layers;
+  const int N = B * T;
+  // The kernels do not check ids on the device; the CPU model checks them here too.
+  for (int i = 0; i < N; ++i) {
+    LOOM_CHECK(tokens[i] >= 0 && tokens[i] < V, "input token id out of [0, V)");
+    LOOM_CHECK(targets[i] >= 0 && targets[i] < V, "target id out of [0, V)");
+  }
+  // Pageable copies: each returns once the host buffer has been read.
+  LOOM_CUDA_CHECK(cudaMemcpyAsync(a_.tokens, tokens, static_cast<size_t>(N) * sizeof(int),
+                                  cudaMemcpyHostToDevice, stream_));
+  LOOM_CUDA_CHECK(cudaMemcpyAsync(a_.targets, targets, static_cast<size_t>(N) * sizeof(int),
+                                  cudaMemcpyHostToDevice, stream_));
+  const Tensors w = View(params_);
+  kc::encoder_forward(a_.encoded, a_.tokens, w.wte, w.wpe, B, T, C, stream_);  // (B, T, C)
+  for (int l = 0; l < L; ++l) BlockForward(l, w);
+  const bf16* out = BlockInput(L);  // residual3 of the last block (B, T, C)
+  kc::layernorm_forward(a_.lnf, a_.lnf_mean, a_.lnf_rstd, out, w.lnfw, w.lnfb, N, C, stream_);
+  // (N, Vp), tied embedding: wte's padding rows are 0, and the padded columns are never read.
+  kc::matmul_forward(*gemm_, a_.logits, a_.lnf, w.wte, nullptr, N, C, Vp_, stream_);
+  kc::softmax_crossentropy_forward(a_.losses, a_.lse, a_.logits, a_.targets, N, V, Vp_, stream_);
+}
+
+void GptCuda::BlockForward(int l, const Tensors& w) {
+  const int B = B_, T = T_, C = dims_.channels, NH = dims_.heads;
+  const int N = B * T;
+  const size_t sl = static_cast<size_t>(l), sC = C, sN = N;
+  const size_t NC = sN * sC;
+  // Block l's weights (stacked along L).
+  const bf16* ln1w = w.ln1w + sl * sC;
+  const bf16* ln1b = w.ln1b + sl * sC;
+  const bf16* qkvw = w.qkvw + sl * 3 * sC * sC;
+  const bf16* qkvb = w.qkvb + sl * 3 * sC;
+  const bf16* attprojw = w.attprojw + sl * sC * sC;
+  const bf16* attprojb = w.attprojb + sl * sC;
+  const bf16* ln2w = w.ln2w + sl * sC;
+  const bf16* ln2b = w.ln2b + sl * sC;
+  const bf16* fcw = w.fcw + sl * 4 * sC * sC;
+  const bf16* fcb = w.fcb + sl * 4 * sC;
+  const bf16* fcprojw = w.fcprojw + sl * sC * 4 * sC;
+  const bf16* fcprojb = w.fcprojb + sl * sC;
+  // Block l's activations.
+  bf16* ln1 = a_.ln1 + sl * NC;                                   // (B, T, C)
+  float* ln1_mean = a_.ln1_mean + sl * sN;                        // (B, T)
+  float* ln1_rstd = a_.ln1_rstd + sl * sN;                        // (B, T)
+  bf16* qkv = a_.qkv + sl * NC * 3;                               // (B, T, 3C)
+  bf16* atty = a_.atty + sl * NC;                                 // (B, T, C)
+  bf16* att = a_.att + sl * static_cast<size_t>(B) * NH * T * T;  // (B, NH, T, T)
+  bf16* residual2 = a_.residual2 + sl * NC;                       // (B, T, C)
+  bf16* ln2 = a_.ln2 + sl * NC;                                   // (B, T, C)
+  float* ln2_mean = a_.ln2_mean + sl * sN;                        // (B, T)
+  float* ln2_rstd = a_.ln2_rstd + sl * sN;                        // (B, T)
+  bf16* fch = a_.fch + sl * NC * 4;                               // (B, T, 4C)
+  bf16* fch_gelu = a_.fch_gelu + sl * NC * 4;                     // (B, T, 4C)
+  bf16* residual3 = a_.residual3 + sl * NC;                       // (B, T, C)
+  const bf16* residual = BlockInput(l);                           // (B, T, C)
+
+  kc::layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, ln1w, ln1b, N, C, stream_);
+  kc::matmul_forward(*gemm_, qkv, ln1, qkvw, qkvb, N, C, 3 * C, stream_);  // (N, 3C)
+  kc::attention_forward(*gemm_, atty, att, s_.att_scratch, qkv, B, T, C, NH, stream_);
+  kc::matmul_forward(*gemm_, a_.proj, atty, attprojw, attprojb, N, C, C, stream_);  // (N, C)
+  // residual2 = residual + attproj, then ln2 = layernorm(residual2), in one pass.
+  kc::residual_layernorm_forward(residual2, ln2, ln2_mean, ln2_rstd, residual, a_.proj, ln2w, ln2b,
+                                 N, C, stream_);
+  // fch = ln2 @ fcw^T + fcb (kept for the GELU backward), fch_gelu = gelu(fch): (N, 4C).
+  kc::matmul_gelu_forward(*gemm_, fch_gelu, fch, ln2, fcw, fcb, N, C, 4 * C, stream_);
+  kc::matmul_forward(*gemm_, a_.proj, fch_gelu, fcprojw, fcprojb, N, 4 * C, C, stream_);
+  kc::residual_forward(residual3, residual2, a_.proj, static_cast<long>(NC), stream_);
+}
+
+double GptCuda::LossSum() {
+  LOOM_CHECK(B_ > 0, "call Reserve and Forward before LossSum");
+  const size_t N = static_cast<size_t>(B_) * T_;
+  LOOM_CUDA_CHECK(cudaMemcpyAsync(host_losses_.data(), a_.losses, N * sizeof(float),
+                                  cudaMemcpyDeviceToHost, stream_));
+  LOOM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  double sum = 0.0;  // in double, as the CPU model
+  for (size_t i = 0; i < N; ++i) sum += host_losses_[i];
+  return sum;
+}
+
+void GptCuda::ZeroGrad() {
+  LOOM_CUDA_CHECK(cudaMemsetAsync(grads_, 0, num_dev_params_ * sizeof(bf16), stream_));
+}
+
+void GptCuda::Backward(float loss_scale) {
+  LOOM_CHECK(B_ > 0, "call Reserve and Forward before Backward");
+  const int B = B_, T = T_, C = dims_.channels, V = dims_.vocab, L = dims_.layers;
+  const int N = B * T;
+  const size_t NC = static_cast<size_t>(N) * C;
+  // Loss = loss_scale * mean over N positions: each position's loss has weight loss_scale/N.
+  const float dloss = loss_scale / static_cast<float>(N);
+  if (dloss != dlosses_value_) {
+    const std::vector<float> host(static_cast<size_t>(N), dloss);
+    LOOM_CUDA_CHECK(cudaMemcpyAsync(s_.dlosses, host.data(), host.size() * sizeof(float),
+                                    cudaMemcpyHostToDevice, stream_));
+    LOOM_CUDA_CHECK(cudaStreamSynchronize(stream_));  // `host` is about to go away
+    dlosses_value_ = dloss;
+  }
+  const Tensors w = View(params_);
+  const Tensors g = View(grads_);
+  // The backward ops accumulate, so each scratch buffer is zeroed before it is written.
+  auto zero = [this](bf16* buf, size_t n) {
+    LOOM_CUDA_CHECK(cudaMemsetAsync(buf, 0, n * sizeof(bf16), stream_));
+  };
+  // dlogits' padded columns stay 0, so wte's padding rows get a zero gradient.
+  zero(s_.dlogits, static_cast<size_t>(N) * Vp_);
+  kc::softmax_crossentropy_backward(s_.dlogits, a_.logits, a_.lse, a_.targets, s_.dlosses, N, V,
+                                    Vp_, stream_);
+  zero(s_.dln, NC);
+  kc::matmul_backward(*gemm_, s_.dln, g.wte, nullptr, s_.dlogits, a_.lnf, w.wte, N, C, Vp_,
+                      stream_);
+  zero(s_.dresidual, NC);
+  kc::layernorm_backward(s_.dresidual, g.lnfw, g.lnfb, s_.ln_scratch, s_.dln, BlockInput(L), w.lnfw,
+                         a_.lnf_mean, a_.lnf_rstd, N, C, stream_);
+  // Down the blocks; dresidual carries d(residual stream) from block to block.
+  for (int l = L - 1; l >= 0; --l) BlockBackward(l, w, g);
+  kc::encoder_backward(g.wte, g.wpe, s_.dresidual, a_.tokens, B, T, C, stream_);
+}
+
+// On entry s_.dresidual holds d(residual3 of block l); on exit d(block input). A residual add
+// passes its output gradient unchanged to both inputs, so dresidual is used directly as the
+// gradient of the branch output, and each branch's input gradient is added into it (as on the
+// CPU, gpt_block.cc).
+void GptCuda::BlockBackward(int l, const Tensors& w, const Tensors& g) {
+  const int B = B_, T = T_, C = dims_.channels, NH = dims_.heads;
+  const int N = B * T;
+  const size_t sl = static_cast<size_t>(l), sC = C, sN = N;
+  const size_t NC = sN * sC;
+  // Block l's weights and gradients.
+  const bf16* ln1w = w.ln1w + sl * sC;
+  const bf16* qkvw = w.qkvw + sl * 3 * sC * sC;
+  const bf16* attprojw = w.attprojw + sl * sC * sC;
+  const bf16* ln2w = w.ln2w + sl * sC;
+  const bf16* fcw = w.fcw + sl * 4 * sC * sC;
+  const bf16* fcprojw = w.fcprojw + sl * sC * 4 * sC;
+  bf16* dln1w = g.ln1w + sl * sC;
+  bf16* dln1b = g.ln1b + sl * sC;
+  bf16* dqkvw = g.qkvw + sl * 3 * sC * sC;
+  bf16* dqkvb = g.qkvb + sl * 3 * sC;
+  bf16* dattprojw = g.attprojw + sl * sC * sC;
+  bf16* dattprojb = g.attprojb + sl * sC;
+  bf16* dln2w = g.ln2w + sl * sC;
+  bf16* dln2b = g.ln2b + sl * sC;
+  bf16* dfcw = g.fcw + sl * 4 * sC * sC;
+  bf16* dfcb = g.fcb + sl * 4 * sC;
+  bf16* dfcprojw = g.fcprojw + sl * sC * 4 * sC;
+  bf16* dfcprojb = g.fcprojb + sl * sC;
+  // Block l's activations from the forward.
+  const bf16* ln1 = a_.ln1 + sl * NC;                                   // (B, T, C)
+  const float* ln1_mean = a_.ln1_mean + sl * sN;                        // (B, T)
+  const float* ln1_rstd = a_.ln1_rstd + sl * sN;                        // (B, T)
+  const bf16* qkv = a_.qkv + sl * NC * 3;                               // (B, T, 3C)
+  const bf16* atty = a_.atty + sl * NC;                                 // (B, T, C)
+  const bf16* att = a_.att + sl * static_cast<size_t>(B) * NH * T * T;  // (B, NH, T, T)
+  const bf16* residual2 = a_.residual2 + sl * NC;                       // (B, T, C)
+  const bf16* ln2 = a_.ln2 + sl * NC;                                   // (B, T, C)
+  const float* ln2_mean = a_.ln2_mean + sl * sN;                        // (B, T)
+  const float* ln2_rstd = a_.ln2_rstd + sl * sN;                        // (B, T)
+  const bf16* fch = a_.fch + sl * NC * 4;                               // (B, T, 4C)
+  const bf16* fch_gelu = a_.fch_gelu + sl * NC * 4;                     // (B, T, 4C)
+  const bf16* residual = BlockInput(l);                                 // (B, T, C)
+  auto zero = [this](bf16* buf, size_t n) {
+    LOOM_CUDA_CHECK(cudaMemsetAsync(buf, 0, n * sizeof(bf16), stream_));
+  };
+
+  // MLP branch: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))).
+  zero(s_.dfch_gelu, NC * 4);
+  kc::matmul_backward(*gemm_, s_.dfch_gelu, dfcprojw, dfcprojb, s_.dresidual, fch_gelu, fcprojw, N,
+                      4 * C, C, stream_);
+  zero(s_.dfch, NC * 4);
+  kc::gelu_backward(s_.dfch, fch, s_.dfch_gelu, static_cast<long>(NC * 4), stream_);
+  zero(s_.dln, NC);
+  kc::matmul_backward(*gemm_, s_.dln, dfcw, dfcb, s_.dfch, ln2, fcw, N, C, 4 * C, stream_);
+  kc::layernorm_backward(s_.dresidual, dln2w, dln2b, s_.ln_scratch, s_.dln, residual2, ln2w,
+                         ln2_mean, ln2_rstd, N, C, stream_);
+  // dresidual now holds d(residual2). Attention branch: residual2 = residual + attn(ln1(...)).
+  zero(s_.datty, NC);
+  kc::matmul_backward(*gemm_, s_.datty, dattprojw, dattprojb, s_.dresidual, atty, attprojw, N, C, C,
+                      stream_);
+  zero(s_.dqkv, NC * 3);
+  kc::attention_backward(*gemm_, s_.dqkv, s_.att_scratch, s_.datty, qkv, att, B, T, C, NH, stream_);
+  zero(s_.dln, NC);
+  kc::matmul_backward(*gemm_, s_.dln, dqkvw, dqkvb, s_.dqkv, ln1, qkvw, N, C, 3 * C, stream_);
+  kc::layernorm_backward(s_.dresidual, dln1w, dln1b, s_.ln_scratch, s_.dln, residual, ln1w,
+                         ln1_mean, ln1_rstd, N, C, stream_);
+}
+
+double GptCuda::GradNorm() {
+  // One call over the whole buffer: wte's padding rows hold zeros and add nothing.
+  kc::sum_of_squares(norm_out_, norm_partials_, grads_, static_cast<long>(num_dev_params_),
+                     stream_);
+  float sumsq = 0.0f;
+  LOOM_CUDA_CHECK(
+      cudaMemcpyAsync(&sumsq, norm_out_, sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  LOOM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return std::sqrt(static_cast<double>(std::max(sumsq, 0.0f)));
+}
+
+void GptCuda::Update(const AdamWConfig& config, float lr, float grad_scale, int64_t t) {
+  LOOM_CHECK(t >= 1, "the AdamW step is 1-based");
+  for (int i = 0; i < kNumParamTensors; ++i) {
+    const size_t off = dev_offset_[i];
+    const long n = static_cast<long>(dev_numel_[i]);
+    if (n == 0) continue;
+    // Weight decay on matrices only (TensorInfo::decay), as the CPU optimizer.
+    const float decay = table_[i].decay ? config.weight_decay : 0.0f;
+    kc::adamw_update(master_ + off, params_ + off, grads_ + off, m_ + off, v_ + off, n, lr,
+                     config.beta1, config.beta2, config.eps, decay, static_cast<int>(t), grad_scale,
+                     stream_);
+  }
+}
+
+std::vector<float> GptCuda::ParamsToHost() {
+  std::vector<float> padded(num_dev_params_);
+  LOOM_CUDA_CHECK(cudaMemcpyAsync(padded.data(), master_, num_dev_params_ * sizeof(float),
+                                  cudaMemcpyDeviceToHost, stream_));
+  LOOM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  std::vector<float> out(num_params_);
+  for (int i = 0; i < kNumParamTensors; ++i) {
+    std::copy(padded.begin() + dev_offset_[i], padded.begin() + dev_offset_[i] + table_[i].numel,
+              out.begin() + table_[i].offset);
+  }
+  return out;
+}
+
+}  // namespace loom::train
