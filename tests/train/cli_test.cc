@@ -157,6 +157,11 @@ TEST(CliTest, BadInputExitsTwoWithAOneLineMessage) {
   expect_bad("", "--spec typo.yaml", "typo.yaml: train.learning_rate: unknown key");
   expect_bad("", "--spec missing.yaml", "missing.yaml: cannot open");
   expect_bad("", "--preset tiny " + flags + " --seq-len 65", "train.seq_len: expected 1..64");
+  // A communication address that does not resolve is bad input, named, before any rendezvous.
+  expect_bad(
+      "LOOM_WORLD_SIZE=2 LOOM_COMM_HOST=no-such-host.invalid "
+      "LOOM_LAYOUT=data=2,tensor=1,pipeline=1,micro_batch=1,num_micro_batches=1",
+      "--preset tiny " + flags, "LOOM_COMM_HOST: cannot resolve \"no-such-host.invalid\"");
   // Issue 4's bad layouts reach the process as exit 2 before any rendezvous.
   expect_bad(
       "LOOM_WORLD_SIZE=3 LOOM_LAYOUT=data=1,tensor=1,pipeline=3,micro_batch=1,num_micro_batches=2",

@@ -76,7 +76,7 @@ std::vector<std::string> DefaultInheritedEnvironment() {
   return {"PATH",   "HOME",      "USER",     "LANG",
           "LC_ALL", "TZ",        "TMPDIR",   "LD_LIBRARY_PATH",
           "CUDA_*", "NCCL_*",    "NVIDIA_*", "GLOO_*",
-          "OMP_*",  "OPENBLAS_*"};
+          "OMP_*",  "OPENBLAS_*", "LOOM_COMM_HOST"};
 }
 
 } // namespace loom::worker

@@ -1,5 +1,7 @@
 #include "worker/train/run.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -71,6 +73,21 @@ ProcessGroups ConnectRanks(const Flags& flags, const RankEnv& env, const BatchSh
   const char* service = getenv("LOOM_RENDEZVOUS");
   rc.service = service ? service : "";
   rc.service_store = options.service_store;
+  if (const char* h = getenv("LOOM_COMM_HOST"); h != nullptr && *h != '\0') {
+    // Checked here, so a typo is a clear exit 2 rather than a retried connection failure.
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    const int rc_lookup = ::getaddrinfo(h, nullptr, &hints, &found);
+    if (rc_lookup != 0) {
+      throw BadInput("LOOM_COMM_HOST", std::string("cannot resolve \"") + h + "\" (" +
+                                           ::gai_strerror(rc_lookup) +
+                                           "): give this node's address on the cluster network");
+    }
+    ::freeaddrinfo(found);
+    rc.host = h;
+  }
   if (const char* t = getenv("LOOM_COMM_TIMEOUT_S"); t != nullptr && *t != '\0') {
     char* end = nullptr;
     double seconds = std::strtod(t, &end);

@@ -70,6 +70,7 @@ std::unique_ptr<Communicator> ConnectGroup(const RendezvousConfig& c, int rank, 
   o.rank = rank;
   o.size = size;
   o.timeout = c.timeout;
+  o.host = c.host;
   if (store != nullptr) {
     o.store = store;
     return ConnectGloo(o);

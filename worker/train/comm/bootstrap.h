@@ -30,6 +30,10 @@ struct RendezvousConfig {
   int world_size = 1;      // LOOM_WORLD_SIZE
   std::string store_dir;   // --rendezvous-dir / LOOM_RENDEZVOUS_DIR
   std::string service;     // LOOM_RENDEZVOUS (host:port of loomd)
+  // LOOM_COMM_HOST: the address this rank's Gloo contexts listen on and advertise to the others.
+  // 127.0.0.1 keeps a world on one machine; ranks on several nodes need the node's address on
+  // the cluster network (loom-worker passes LOOM_COMM_HOST on from its own environment).
+  std::string host = "127.0.0.1";
   std::chrono::milliseconds timeout{std::chrono::seconds(120)};  // LOOM_COMM_TIMEOUT_S
   // Opens loomd's store for `service`; empty where this loom-train was built without gRPC.
   KeyValueStoreFactory service_store;
