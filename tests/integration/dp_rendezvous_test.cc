@@ -65,8 +65,8 @@ std::vector<double> StepLosses(const std::string& text) {
 class DpRendezvousTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    cluster_ = std::make_unique<Cluster>(ClusterOptions{
-        .workers = 2, .cpu_devices_per_worker = 1, .rank_program = "loom-train"});
+    cluster_ = std::make_unique<Cluster>(
+        ClusterOptions{.workers = 2, .cpu_devices_per_worker = 1, .rank_program = "loom-train"});
     const absl::Status started = cluster_->Start();
     ASSERT_TRUE(started.ok()) << started;
   }
@@ -74,6 +74,42 @@ class DpRendezvousTest : public ::testing::Test {
     if (!cluster_) return;
     if (HasFailure()) std::cerr << cluster_->LogTails();
     cluster_->Shutdown(/*keep_dir=*/HasFailure());
+  }
+
+  // The per-step losses of the same spec run as one standalone loom-train process (no layout,
+  // no rendezvous): the reference both tests compare against.
+  std::vector<double> OneProcessLosses() {
+    const std::string one_file = cluster_->WriteFile("one.yaml", SpecYaml("{micro_batch: 2}", 1));
+    const std::string bin_dir =
+        cluster_->loomctl_path().substr(0, cluster_->loomctl_path().rfind('/'));
+    EXPECT_EQ(setenv("OMP_NUM_THREADS", "1", 1), 0);
+    EXPECT_EQ(setenv("OPENBLAS_NUM_THREADS", "1", 1), 0);
+    const CommandResult one =
+        RunCommand({bin_dir + "/loom-train", "--spec", one_file, "--quiet"}, absl::Seconds(240));
+    EXPECT_EQ(one.exit_code, 0) << one.Describe();
+    const std::vector<double> losses = StepLosses(one.out);
+    EXPECT_EQ(losses.size(), static_cast<size_t>(kSteps)) << one.Describe();
+    return losses;
+  }
+
+  // Every step's loss of `through_loomd` equals the one-process run's within relative 1e-5;
+  // prints the largest difference. `what` names the layout in messages.
+  static void ExpectSameCurve(const std::vector<double>& through_loomd,
+                              const std::vector<double>& one, const std::string& what) {
+    ASSERT_EQ(through_loomd.size(), static_cast<size_t>(kSteps));
+    ASSERT_EQ(one.size(), static_cast<size_t>(kSteps));
+    double max_rel = 0.0;
+    for (int s = 0; s < kSteps; ++s) {
+      ASSERT_TRUE(std::isfinite(through_loomd[s]) && std::isfinite(one[s])) << "step " << s + 1;
+      const double rel = std::fabs(through_loomd[s] - one[s]) / std::max(std::fabs(one[s]), 1e-30);
+      max_rel = std::max(max_rel, rel);
+      EXPECT_LE(rel, 1e-5) << "step " << s + 1 << ": " << what << " through loomd "
+                           << through_loomd[s] << " vs one process " << one[s];
+    }
+    std::printf(
+        "%s through loomd vs one process: max relative loss difference %.3g over %d "
+        "steps (first %.7f, last %.7f)\n",
+        what.c_str(), max_rel, kSteps, one[0], one[kSteps - 1]);
   }
 
   std::unique_ptr<Cluster> cluster_;
@@ -119,32 +155,9 @@ TEST_F(DpRendezvousTest, TwoRanksOnTwoWorkersMeetThroughLoomdAndMatchOneProcess)
   const std::vector<double> dp2 = StepLosses(logs.out);
   ASSERT_EQ(dp2.size(), static_cast<size_t>(kSteps)) << logs.out;
 
-  // Standalone: the same spec as one process (no layout, no rendezvous).
-  const std::string one_file =
-      cluster_->WriteFile("one.yaml", SpecYaml("{micro_batch: 2}", 1));
-  const std::string bin_dir =
-      cluster_->loomctl_path().substr(0, cluster_->loomctl_path().rfind('/'));
-  ASSERT_EQ(setenv("OMP_NUM_THREADS", "1", 1), 0);
-  ASSERT_EQ(setenv("OPENBLAS_NUM_THREADS", "1", 1), 0);
-  const CommandResult one =
-      RunCommand({bin_dir + "/loom-train", "--spec", one_file, "--quiet"}, absl::Seconds(240));
-  ASSERT_EQ(one.exit_code, 0) << one.Describe();
-  const std::vector<double> dp1 = StepLosses(one.out);
-  ASSERT_EQ(dp1.size(), static_cast<size_t>(kSteps)) << one.Describe();
-
-  double max_rel = 0.0;
-  for (int s = 0; s < kSteps; ++s) {
-    ASSERT_TRUE(std::isfinite(dp2[s]) && std::isfinite(dp1[s])) << "step " << s + 1;
-    const double rel = std::fabs(dp2[s] - dp1[s]) / std::max(std::fabs(dp1[s]), 1e-30);
-    max_rel = std::max(max_rel, rel);
-    EXPECT_LE(rel, 1e-5) << "step " << s + 1 << ": data=2 through loomd " << dp2[s]
-                         << " vs one process " << dp1[s];
-  }
+  ExpectSameCurve(dp2, OneProcessLosses(), "data=2");
   // The model learned something: the last loss is below the first.
   EXPECT_LT(dp2[kSteps - 1], dp2[0]);
-  std::printf("data=2 through loomd vs one process: max relative loss difference %.3g over %d "
-              "steps (first %.7f, last %.7f)\n",
-              max_rel, kSteps, dp1[0], dp1[kSteps - 1]);
 }
 
 // Pipeline parallelism through loomd: `tiny` split into 2 stages of one block each (GPipe, to
@@ -154,9 +167,7 @@ TEST_F(DpRendezvousTest, TwoRanksOnTwoWorkersMeetThroughLoomdAndMatchOneProcess)
 TEST_F(DpRendezvousTest, PipelineOfTwoStagesOnTwoWorkersMatchesOneProcess) {
   // Each stage writes its own checkpoint shard: the ranks need a checkpoint directory they all
   // see (checkpoint.dir; the default is private to each worker's node).
-  const std::string spec_path = cluster_->WriteFile(
-      "pp2.yaml", SpecYaml("{pipeline: 2, micro_batch: 2, schedule: gpipe}", 2));
-  const std::string shared = spec_path.substr(0, spec_path.rfind('/')) + "/pp2-checkpoints";
+  const std::string shared = cluster_->dir() + "/pp2-checkpoints";
   const std::string file = cluster_->WriteFile(
       "pp2.yaml", SpecYaml("{pipeline: 2, micro_batch: 2, schedule: gpipe}", 2) +
                       "checkpoint: {dir: \"" + shared + "\"}\n");
@@ -182,25 +193,7 @@ TEST_F(DpRendezvousTest, PipelineOfTwoStagesOnTwoWorkersMatchesOneProcess) {
   const std::vector<double> pp2 = StepLosses(logs.out);
   ASSERT_EQ(pp2.size(), static_cast<size_t>(kSteps)) << logs.out;
 
-  const std::string one_file = cluster_->WriteFile("one.yaml", SpecYaml("{micro_batch: 2}", 1));
-  const std::string bin_dir =
-      cluster_->loomctl_path().substr(0, cluster_->loomctl_path().rfind('/'));
-  ASSERT_EQ(setenv("OMP_NUM_THREADS", "1", 1), 0);
-  ASSERT_EQ(setenv("OPENBLAS_NUM_THREADS", "1", 1), 0);
-  const CommandResult one =
-      RunCommand({bin_dir + "/loom-train", "--spec", one_file, "--quiet"}, absl::Seconds(240));
-  ASSERT_EQ(one.exit_code, 0) << one.Describe();
-  const std::vector<double> pp1 = StepLosses(one.out);
-  ASSERT_EQ(pp1.size(), static_cast<size_t>(kSteps)) << one.Describe();
-  double max_rel = 0.0;
-  for (int s = 0; s < kSteps; ++s) {
-    const double rel = std::fabs(pp2[s] - pp1[s]) / std::max(std::fabs(pp1[s]), 1e-30);
-    max_rel = std::max(max_rel, rel);
-    EXPECT_LE(rel, 1e-5) << "step " << s + 1 << ": pipeline=2 through loomd " << pp2[s]
-                         << " vs one process " << pp1[s];
-  }
-  std::printf("pipeline=2 through loomd vs one process: max relative loss difference %.3g\n",
-              max_rel);
+  ExpectSameCurve(pp2, OneProcessLosses(), "pipeline=2");
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/train/child_process.h"
+#include "tests/train/gloo_world.h"
 #include "tests/train/test_util.h"
 #include "worker/train/comm/bootstrap.h"
 #include "worker/train/comm/communicator.h"
@@ -277,31 +278,6 @@ TEST(PeerFailureTest, LoomTrainSurvivorExitsRetryableWhenItsPeerIsKilled) {
   std::printf("loom-train rank 0 exited %.3f s after rank 1 was killed: %s", after, err.c_str());
 }
 
-// Runs body(rank, comm) on `n` threads, each with its own Gloo communicator of one world.
-void RunThreads(int n, std::chrono::milliseconds timeout,
-                const std::function<void(int, Communicator&)>& body) {
-  TempDir dir;
-  std::vector<std::thread> threads;
-  std::vector<std::string> errors(n);
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        RendezvousConfig rc;
-        rc.rank = r;
-        rc.world_size = n;
-        rc.store_dir = dir.path();
-        rc.timeout = timeout;
-        std::unique_ptr<Communicator> c = ConnectWorld(rc);
-        body(r, *c);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
-}
-
 TEST(AbortTest, AbortUnblocksEveryWaiterAtOnce) {
   if (!HaveMultiProcessComm()) GTEST_SKIP() << "built without Gloo";
   std::mutex mu;
@@ -311,7 +287,7 @@ TEST(AbortTest, AbortUnblocksEveryWaiterAtOnce) {
   // communicator is destroyed (the Abort contract).
   std::vector<float> a(64, 1.0f);
   float x = 0.0f;
-  RunThreads(2, std::chrono::seconds(3), [&](int r, Communicator& c) {
+  testing::RunGlooWorld(2, std::chrono::seconds(3), [&](int r, Communicator& c) {
     if (r == 1) {
       // Joins nothing, but stays connected until rank 0 is done: its death would otherwise
       // fail rank 0's collective before the Abort could.
@@ -366,9 +342,9 @@ TEST(AbortTest, AFailedCollectiveFailsEveryLaterOneAtOnce) {
   // Collectives match by order across ranks: after one failed, none later can match, so they
   // must fail at once with the first failure's message rather than each wait for its timeout.
   if (!HaveMultiProcessComm()) GTEST_SKIP() << "built without Gloo";
-  RunThreads(2, std::chrono::seconds(20), [&](int r, Communicator& c) {
+  testing::RunGlooWorld(2, std::chrono::seconds(20), [&](int r, Communicator& c) {
     if (r == 1) return;  // destroys its communicator: its connections close
-    // RunThreads' rank 1 returns at once; give its destructor a moment to close the sockets.
+    // RunGlooWorld's rank 1 returns at once; give its destructor a moment to close the sockets.
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     std::vector<float> a(64, 1.0f);
     const Clock::time_point start = Clock::now();

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/train/gloo_world.h"
 #include "tests/train/test_util.h"
 #include "worker/train/comm/bootstrap.h"
 #include "worker/train/comm/comm_thread.h"
@@ -256,29 +257,10 @@ TEST(BootstrapTest, AMissingPeerIsACommErrorNamingTheStore) {
   }
 }
 
-// Runs body(rank, comm) on `n` threads, each with its own Gloo communicator of one world.
+// Runs body(rank, comm) on `n` Gloo ranks as threads (skipped without Gloo).
 void RunWorld(int n, const std::function<void(int, Communicator&)>& body, int timeout_s = 30) {
   if (!HaveMultiProcessComm()) GTEST_SKIP() << "built without Gloo";
-  TempDir dir;
-  std::vector<std::thread> threads;
-  std::vector<std::string> errors(n);
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        RendezvousConfig rc;
-        rc.rank = r;
-        rc.world_size = n;
-        rc.store_dir = dir.path();
-        rc.timeout = std::chrono::seconds(timeout_s);
-        std::unique_ptr<Communicator> c = ConnectWorld(rc);
-        body(r, *c);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  testing::RunGlooWorld(n, std::chrono::seconds(timeout_s), body);
 }
 
 TEST(GlooCommTest, AllReduceSumsRankValues) {
