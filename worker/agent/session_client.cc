@@ -47,16 +47,23 @@ absl::Duration SessionClient::heartbeat_interval() const {
 void SessionClient::Stop(absl::Duration flush_timeout) {
   std::call_once(stop_once_, [&] {
     if (!thread_.joinable()) return;
+    const absl::Time deadline = absl::Now() + flush_timeout;
+    bool graceful = false;
     if (connected_.load() && flush_timeout > absl::ZeroDuration()) {
-      if (!buffer_->WaitDrained(absl::Now() + flush_timeout)) {
+      if (!buffer_->WaitDrained(deadline)) {
         LOOM_LOG(WARNING) << "session: " << buffer_->size()
                           << " message(s) not sent to loomd before shutdown";
       }
+      graceful = true;
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
+      close_deadline_ = deadline;
+      graceful_.store(graceful);
       stop_.store(true);
-      if (context_ != nullptr) context_->TryCancel();
+      // A written message is only queued in the transport; cancelling now could drop it. The
+      // graceful path half-closes from the session thread instead (RunOnce).
+      if ((!graceful || !connected_.load()) && context_ != nullptr) context_->TryCancel();
     }
     cv_.notify_all();
     buffer_->Wake();
@@ -191,6 +198,20 @@ absl::Status SessionClient::RunOnce(bool* established) {
     }
   }
   if (stop_.load()) why = absl::CancelledError("stopping");
+  if (stop_.load() && graceful_.load() && !over.load()) {
+    // Half-close: loomd reads what is left, then ends the call, which ends the reader. Only then
+    // has every message we wrote (a rank's final exit above all) been read on the other side.
+    stream->WritesDone();
+    absl::Time deadline;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      deadline = close_deadline_;
+    }
+    while (!over.load() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(2));
+    if (!over.load()) {
+      LOOM_LOG(WARNING) << "session: loomd did not end the session within the shutdown flush";
+    }
+  }
   connected_.store(false);
   {
     std::lock_guard<std::mutex> lock(mu_);

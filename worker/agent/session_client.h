@@ -62,8 +62,11 @@ class SessionClient {
   // Starts the session thread. Call once.
   void Start();
 
-  // Waits up to `flush_timeout` for the buffer to be sent (when connected), then closes the
-  // stream and joins the threads. Idempotent.
+  // Waits up to `flush_timeout` for the buffer to be sent (when connected), then half-closes the
+  // stream and waits (within the same timeout) for loomd to end the call, so every message
+  // written has been read by loomd when Stop() returns; then joins the threads. A zero timeout,
+  // or a deadline that passes, cancels the call instead (messages in flight may be lost).
+  // Idempotent.
   void Stop(absl::Duration flush_timeout);
 
   // True while a Session stream is open (hello sent).
@@ -88,6 +91,10 @@ class SessionClient {
   const SessionCallbacks callbacks_;
 
   std::atomic<bool> stop_{false};
+  // Set by Stop() with a flush timeout while connected: the stream ends by half-close, not by
+  // cancellation, and close_deadline_ bounds the wait for loomd's end of the call.
+  std::atomic<bool> graceful_{false};
+  absl::Time close_deadline_ = absl::InfinitePast();  // guarded by mu_
   std::atomic<bool> connected_{false};
   std::atomic<int64_t> registrations_{0};
   std::atomic<int64_t> sessions_{0};
