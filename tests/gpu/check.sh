@@ -223,8 +223,10 @@ if ((HAVE_CUDA_TRAIN && HAVE_GPU)); then
     --data-builtin tiny-corpus --quiet)
   rc_gpu=0
   rc_cpu=0
-  timeout "$(limit 90 150)" "$TRAIN" "${SMALL[@]}" --device cuda >"$OUT/small-gpu.jsonl" ||
-    rc_gpu=$?
+  # The GPU run also checkpoints (step 2b resumes from its step 25).
+  rm -rf "$OUT/small-ck"
+  timeout "$(limit 90 150)" "$TRAIN" "${SMALL[@]}" --device cuda --checkpoint-dir "$OUT/small-ck" \
+    --checkpoint-every 25 >"$OUT/small-gpu.jsonl" || rc_gpu=$?
   timeout "$(limit 150 150)" "$TRAIN" "${SMALL[@]}" --device cpu >"$OUT/small-cpu.jsonl" ||
     rc_cpu=$?
   if ((rc_gpu != 0 || rc_cpu != 0)); then
@@ -238,6 +240,29 @@ if ((HAVE_CUDA_TRAIN && HAVE_GPU)); then
     else
       fail 2 "small: GPU vs CPU losses" "max rel diff $worst over $nsteps steps (limit 0.05)"
     fi
+  fi
+  section "2b. GPU checkpoint: resume the step-25 checkpoint, steps 26-50 again"
+  if ((rc_gpu == 0)) && [[ -f $OUT/small-ck/step-000025/manifest.json ]]; then
+    rm -rf "$OUT/small-ck/step-000050"
+    rc=0
+    timeout "$(limit 60 150)" "$TRAIN" "${SMALL[@]}" --device cuda --checkpoint-dir \
+      "$OUT/small-ck" --checkpoint-every 25 >"$OUT/small-gpu-resumed.jsonl" \
+      2>"$OUT/small-gpu-resumed.err" || rc=$?
+    if ((rc != 0)) || ! grep -q 'resumed from .*step-000025' "$OUT/small-gpu-resumed.err"; then
+      fail 2b "GPU checkpoint resume" "exit $rc; see $OUT/small-gpu-resumed.err"
+    else
+      read -r worst nsteps first last < <(compare_losses "$OUT/small-gpu-resumed.jsonl" \
+        "$OUT/small-gpu.jsonl")
+      echo "resumed vs uninterrupted: $nsteps steps, max relative difference $worst"
+      # The masters and moments are restored exactly: only kernel nondeterminism may differ.
+      if [[ $nsteps == 25 ]] && "$PYTHON" -c "import sys; sys.exit(0 if $worst <= 1e-4 else 1)"; then
+        row 2b "GPU checkpoint resume" "PASS (steps 26-50, max rel diff $worst)"
+      else
+        fail 2b "GPU checkpoint resume" "max rel diff $worst over $nsteps steps (limit 1e-4)"
+      fi
+    fi
+  else
+    fail 2b "GPU checkpoint resume" "the first GPU run wrote no step-25 checkpoint"
   fi
 else
   echo "$NO_PATH"

@@ -180,7 +180,8 @@ TEST(CliTest, BadInputExitsTwoWithAOneLineMessage) {
   WriteText(dir / "tokens.bin", std::string(1024, '\0'));
   expect_bad("", "--preset tiny --data tokens.bin --steps 2", "tokens.bin: bad magic 0");
   // The GPU path (issue 5) refuses what it cannot do yet before touching a device, in a build
-  // with or without CUDA: other layouts, checkpoints; and a device that is no device.
+  // with or without CUDA: other layouts; and a device that is no device (here: none at all),
+  // before it creates the checkpoint dir.
   expect_bad("", "--preset tiny " + flags + " --device tpu", "--device: expected cpu, cuda");
   expect_bad("", "--preset tiny " + flags + " --device cuda --checkpoint-dir ck-gpu", "--device: ");
   EXPECT_FALSE(std::filesystem::exists(dir / "ck-gpu"));

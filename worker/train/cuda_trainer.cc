@@ -77,7 +77,7 @@ StepResult CudaTrainer::Step() {
     grad_scale = static_cast<float>(config_.grad_clip / r.grad_norm);
   }
   r.lr = LearningRate(schedule_, step_);
-  model_.Update(adam_, static_cast<float>(r.lr), grad_scale, step_ + 1);
+  model_.Update(adam_, static_cast<float>(r.lr), grad_scale, ++optimizer_step_);
   ++step_;
   const PhaseSeconds phases = timer_.EndStep();  // waits for the stream
   const double step_s = std::chrono::duration<double>(Clock::now() - start).count();

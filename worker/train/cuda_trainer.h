@@ -8,13 +8,17 @@
 // an NVTX range per phase; memory is the caching allocator's (allocated and peak) plus the
 // GEMM workspace.
 //
-// Not yet on the GPU path: data/tensor/pipeline parallelism, checkpoints, llm.c import/export
-// (run.cc refuses them with --device cuda).
+// Checkpoints hold the fp32 master weights and moments in the CPU trainer's format
+// (cuda_trainer_checkpoint.cc), so a job moves between the CPU and the GPU through them.
+//
+// Not yet on the GPU path: data/tensor/pipeline parallelism, llm.c import/export (run.cc
+// refuses them with --device cuda).
 #ifndef LOOM_WORKER_TRAIN_CUDA_TRAINER_H_
 #define LOOM_WORKER_TRAIN_CUDA_TRAINER_H_
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "worker/train/config/job_config.h"
@@ -37,6 +41,8 @@ class CudaTrainer : public DeviceTrainer {
   float Evaluate() override;
   int64_t step() const override { return step_; }
   size_t num_params() const override { return model_.num_params(); }
+  std::string Save(const std::string& root, int64_t generation) override;
+  CheckpointMeta Resume(const std::string& dir) override;
   GptCuda& model() { return model_; }
 
   static constexpr int kMaxEvalBatches = 32;  // as Trainer::kMaxEvalBatches
@@ -53,6 +59,8 @@ class CudaTrainer : public DeviceTrainer {
   std::vector<int> inputs_;   // (B, T) host
   std::vector<int> targets_;  // (B, T) host
   int64_t step_ = 0;          // completed optimizer steps
+  // AdamW's step count (bias correction): step_, unless a resumed checkpoint says otherwise.
+  int64_t optimizer_step_ = 0;
 };
 
 // The DeviceTrainerFactory of the CUDA build (RunOptions::cuda_trainer): checks that `device`

@@ -9,7 +9,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 
+#include "worker/train/checkpoint/checkpoint.h"
 #include "worker/train/config/job_config.h"
 #include "worker/train/config/rank_env.h"
 #include "worker/train/data/dataset.h"
@@ -27,6 +29,16 @@ class DeviceTrainer {
   virtual float Evaluate() = 0;
   virtual int64_t step() const = 0;  // completed optimizer steps
   virtual size_t num_params() const = 0;
+
+  // Saves a checkpoint of the current state (the fp32 master weights and AdamW moments, in the
+  // CPU trainer's format, so either device resumes it) under `root` at step() and returns its
+  // directory. Throws IoError; existing checkpoints are then untouched.
+  virtual std::string Save(const std::string& root, int64_t generation) = 0;
+
+  // Continues from the checkpoint in `dir`, written by any trainer under any layout: the
+  // weights, the moments, the optimizer step and step(). Throws InputError when it does not fit
+  // this model (checkpoint.h, LoadShardedCheckpoint).
+  virtual CheckpointMeta Resume(const std::string& dir) = 0;
 };
 
 // Builds a device trainer for one rank that holds the whole model (dp = tp = pp = 1) on device

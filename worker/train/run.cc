@@ -154,17 +154,12 @@ int CudaIndexOf(const std::string& device) {
 }
 
 // What the GPU path cannot do yet for this run, or "" when it can run it.
-std::string CudaUnsupported(const Flags& flags, const BatchShape& shape,
-                            const std::string& checkpoint_dir) {
+std::string CudaUnsupported(const Flags& flags, const BatchShape& shape) {
   if (shape.dp_size > 1 || shape.tp_size > 1 || shape.pp_size > 1) {
     return "training on the GPU runs one rank holding the whole model; data, tensor and "
            "pipeline parallelism on the GPU are not supported yet (this layout: data " +
            std::to_string(shape.dp_size) + ", tensor " + std::to_string(shape.tp_size) +
            ", pipeline " + std::to_string(shape.pp_size) + ")";
-  }
-  if (!checkpoint_dir.empty()) {
-    return "checkpoints are not supported on the GPU path yet (checkpoint dir \"" + checkpoint_dir +
-           "\"); train without a checkpoint dir, or with --device cpu";
   }
   if (!flags.init_from_llmc.empty() || !flags.export_llmc.empty()) {
     return "llm.c model files (--init-from-llmc, --export-llmc) are not supported on the GPU "
@@ -174,7 +169,7 @@ std::string CudaUnsupported(const Flags& flags, const BatchShape& shape,
 }
 
 DevicePlan PlanDevice(const Flags& flags, const RankEnv& env, const BatchShape& shape,
-                      const std::string& checkpoint_dir, const RunOptions& options) {
+                      const RunOptions& options) {
   DevicePlan plan;
   if (!flags.device.empty()) {
     if (flags.device == "cpu") return plan;
@@ -183,14 +178,14 @@ DevicePlan PlanDevice(const Flags& flags, const RankEnv& env, const BatchShape& 
                      "this loom-train was built without the CUDA backend "
                      "(LOOM_CUDA=OFF or no nvcc); use --device cpu or a CUDA build");
     }
-    const std::string problem = CudaUnsupported(flags, shape, checkpoint_dir);
+    const std::string problem = CudaUnsupported(flags, shape);
     if (!problem.empty()) throw BadInput("--device", problem);
     plan.cuda = true;
     plan.index = CudaIndexOf(flags.device);
     return plan;
   }
   if (env.device.rfind("cuda:", 0) == 0 && options.cuda_trainer) {
-    std::string problem = CudaUnsupported(flags, shape, checkpoint_dir);
+    std::string problem = CudaUnsupported(flags, shape);
     const int count = options.cuda_device_count ? options.cuda_device_count() : 0;
     if (problem.empty() && CudaIndexOf(env.device) >= count) {
       problem = "this machine has " + std::to_string(count) + " CUDA device(s)";
@@ -206,10 +201,24 @@ DevicePlan PlanDevice(const Flags& flags, const RankEnv& env, const BatchShape& 
   return plan;
 }
 
-// The training loop on one CUDA device: the CPU loop's progress and evaluation, no checkpoints
-// (PlanDevice refused them).
+// Says where a run resumed, and warns when the checkpoint's seed (hence data order) differs.
+void ReportResume(const std::string& dir, const CheckpointMeta& meta, const JobConfig& config) {
+  std::fprintf(stderr, "loom-train: resumed from %s (step %lld)\n", dir.c_str(),
+               static_cast<long long>(meta.step));
+  if (meta.seed != config.seed) {
+    std::fprintf(stderr,
+                 "loom-train: warning: the checkpoint was trained with seed %llu, "
+                 "this run uses %llu (the data order changes)\n",
+                 static_cast<unsigned long long>(meta.seed),
+                 static_cast<unsigned long long>(config.seed));
+  }
+}
+
+// The training loop on one CUDA device: the CPU loop's progress, evaluation and checkpoints
+// (one rank: no agreement on the resume point needed).
 int RunOnCuda(const JobConfig& config, const BatchShape& shape, const Dataset& data,
-              const RankEnv& env, const Flags& flags, const RunOptions& options, int device) {
+              const RankEnv& env, const Flags& flags, const RunOptions& options, int device,
+              const std::string& checkpoint_dir) {
   std::unique_ptr<DeviceTrainer> trainer = options.cuda_trainer(config, shape, data, device);
   if (config.precision != "bf16") {
     std::fprintf(stderr,
@@ -217,12 +226,18 @@ int RunOnCuda(const JobConfig& config, const BatchShape& shape, const Dataset& d
                  "weights); precision %s is not available there\n",
                  config.precision.c_str());
   }
+  if (!checkpoint_dir.empty()) {
+    if (std::optional<std::string> resume = FindLatestCheckpoint(checkpoint_dir)) {
+      ReportResume(*resume, trainer->Resume(*resume), config);
+    }
+  }
   std::fprintf(stderr,
                "loom-train: %s %s (%zu parameters), %lld steps of %d x %d x %d tokens, lr %g, on "
-               "cuda:%d in bf16, no checkpoint dir\n",
+               "cuda:%d in bf16%s\n",
                config.preset.empty() ? "model" : config.preset.c_str(),
                DimsString(config.model).c_str(), trainer->num_params(),
-               static_cast<long long>(config.steps), shape.K, shape.B, shape.T, config.lr, device);
+               static_cast<long long>(config.steps), shape.K, shape.B, shape.T, config.lr, device,
+               checkpoint_dir.empty() ? ", no checkpoint dir" : "");
   Progress progress(env.rank, config.steps, env.progress_fd, ::isatty(2) == 1 && !flags.quiet);
   while (trainer->step() < config.steps) {
     StepResult r = trainer->Step();
@@ -230,6 +245,10 @@ int RunOnCuda(const JobConfig& config, const BatchShape& shape, const Dataset& d
     const bool last = r.step == config.steps;
     if (config.eval_every > 0 && (r.step % config.eval_every == 0 || last)) {
       progress.Eval(r.step, trainer->Evaluate());
+    }
+    const bool periodic = config.checkpoint_every > 0 && r.step % config.checkpoint_every == 0;
+    if (!checkpoint_dir.empty() && (periodic || last)) {
+      progress.Checkpoint(r.step, trainer->Save(checkpoint_dir, env.generation));
     }
   }
   return kExitOk;
@@ -248,7 +267,7 @@ int Run(const std::vector<std::string>& args, const std::function<const char*(co
   std::string checkpoint_dir = !flags.checkpoint_dir.empty() ? flags.checkpoint_dir
                                : !env.checkpoint_dir.empty() ? env.checkpoint_dir
                                                              : config.checkpoint_dir;
-  const DevicePlan device = PlanDevice(flags, env, shape, checkpoint_dir, options);
+  const DevicePlan device = PlanDevice(flags, env, shape, options);
   if (!device.cuda && options.cuda_trainer == nullptr &&
       (env.device.rfind("cuda:", 0) == 0 || config.precision == "bf16")) {
     std::fprintf(stderr,
@@ -263,7 +282,9 @@ int Run(const std::vector<std::string>& args, const std::function<const char*(co
 
   Dataset data = Dataset::Load(config.data_path, config.data_builtin, config.val_path,
                                config.model.vocab, config.seq_len);
-  if (device.cuda) return RunOnCuda(config, shape, data, env, flags, options, device.index);
+  if (device.cuda) {
+    return RunOnCuda(config, shape, data, env, flags, options, device.index, checkpoint_dir);
+  }
   const bool sharded = shape.tp_size > 1 || shape.pp_size > 1;
   if (sharded && (!flags.init_from_llmc.empty() || !flags.export_llmc.empty())) {
     throw BadInput(flags.init_from_llmc.empty() ? "--export-llmc" : "--init-from-llmc",
@@ -284,16 +305,7 @@ int Run(const std::vector<std::string>& args, const std::function<const char*(co
   if (!checkpoint_dir.empty()) resume = FindLatestCheckpoint(checkpoint_dir);
   if (!checkpoint_dir.empty() && env.world_size > 1) AgreeOnResume(resume, groups, env);
   if (resume) {
-    CheckpointMeta meta = trainer.Resume(*resume);
-    std::fprintf(stderr, "loom-train: resumed from %s (step %lld)\n", resume->c_str(),
-                 static_cast<long long>(meta.step));
-    if (meta.seed != config.seed) {
-      std::fprintf(stderr,
-                   "loom-train: warning: the checkpoint was trained with seed %llu, "
-                   "this run uses %llu (the data order changes)\n",
-                   static_cast<unsigned long long>(meta.seed),
-                   static_cast<unsigned long long>(config.seed));
-    }
+    ReportResume(*resume, trainer.Resume(*resume), config);
   }
   std::fprintf(
       stderr, "loom-train: %s %s (%zu parameters), %lld steps of %d x %d x %d tokens, lr %g%s\n",

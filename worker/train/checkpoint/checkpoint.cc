@@ -520,18 +520,25 @@ CheckpointMeta LoadShardedCheckpoint(const std::string& dir, const ModelDims& di
   return meta;
 }
 
-std::string SaveCheckpoint(const std::string& root, const GPT& model, const AdamW& optimizer,
+std::string SaveCheckpoint(const std::string& root, const std::vector<TensorInfo>& table,
+                           const float* params, const float* m, const float* v,
                            const CheckpointMeta& meta) {
   MakeDirs(root);
   // One writer: whatever an earlier crashed save of this step and generation left is stale.
   const std::string staging = StageCheckpoint(root, meta.step, meta.generation);
   RemoveFlatDir(staging);
   MakeDirs(staging);
-  WriteShard(staging, "", model.tensors(), model.params(), optimizer.m(), optimizer.v());
+  WriteShard(staging, "", table, params, m, v);
   CheckpointMeta full = meta;
-  full.optimizer_step = optimizer.step();
   full.shards = {""};
   return CommitCheckpoint(root, staging, full);
+}
+
+std::string SaveCheckpoint(const std::string& root, const GPT& model, const AdamW& optimizer,
+                           const CheckpointMeta& meta) {
+  CheckpointMeta full = meta;
+  full.optimizer_step = optimizer.step();
+  return SaveCheckpoint(root, model.tensors(), model.params(), optimizer.m(), optimizer.v(), full);
 }
 
 std::optional<std::string> FindLatestCheckpoint(const std::string& root) {

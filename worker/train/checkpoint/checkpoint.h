@@ -135,6 +135,13 @@ CheckpointMeta LoadShardedCheckpoint(const std::string& dir, const ModelDims& di
 std::string SaveCheckpoint(const std::string& root, const GPT& model, const AdamW& optimizer,
                            const CheckpointMeta& meta);
 
+// The same from host buffers laid out by `table` (the whole model's; m and v may be nullptr
+// together): for trainers whose state lives elsewhere (the GPU trainer's host copy). The
+// caller sets meta.optimizer_step.
+std::string SaveCheckpoint(const std::string& root, const std::vector<TensorInfo>& table,
+                           const float* params, const float* m, const float* v,
+                           const CheckpointMeta& meta);
+
 // The directory of the newest complete checkpoint under `root` (highest step whose
 // manifest.json exists and parses), or nullopt when there is none or `root` does not exist.
 // Staging directories (.partial) are never candidates.

@@ -31,8 +31,7 @@ constexpr const char* kTensorNames[kNumParamTensors] = {
     "wte",  "wpe",  "ln1w", "ln1b", "qkvw",    "qkvb",    "attprojw", "attprojb",
     "ln2w", "ln2b", "fcw",  "fcb",  "fcprojw", "fcprojb", "lnfw",     "lnfb"};
 
-// llm.c pads the vocabulary to a multiple of 64 so the head GEMM's dimension is aligned.
-constexpr int kVocabPad = 64;
+constexpr int kVocabPad = GptCuda::kVocabMultiple;
 
 }  // namespace
 

@@ -40,6 +40,10 @@ class GptCuda {
  public:
   using bf16 = loom::kernels::cuda::bf16;
 
+  // The vocabulary is padded to a multiple of this on the device (llm.c's padding, so the head
+  // GEMM's dimension is aligned; padded_layout.h).
+  static constexpr int kVocabMultiple = 64;
+
   // Selects `device` (cudaSetDevice), creates the stream, the GEMM context and the allocator,
   // and allocates the parameter-shaped buffers (uninitialised: call InitWeights). Dims must be
   // valid. Throws OutOfMemoryError when the device cannot hold them.
@@ -85,6 +89,21 @@ class GptCuda {
   // The parameters as fp32 on the host, laid out by tensors() (the unpadded table): for tests
   // and checkpoints. Synchronises.
   std::vector<float> ParamsToHost();
+
+  // The fp32 master weights and AdamW moments, on the host in the table's layout (tensors(),
+  // unpadded): what a checkpoint saves, the same format as the CPU model's. Synchronises.
+  struct HostState {
+    std::vector<float> params;  // (num_params)
+    std::vector<float> m;       // (num_params)
+    std::vector<float> v;       // (num_params)
+  };
+  HostState StateToHost();
+
+  // Replaces the master weights and the moments with host buffers in the table's layout
+  // (num_params floats each; m and v both nullptr means zero moments), re-derives the bf16
+  // parameters (wte's padding rows zero) and zeroes the gradients: what resuming from a
+  // checkpoint, written on a GPU or a CPU, loads. Synchronises.
+  void LoadState(const float* params, const float* m, const float* v);
 
   const ModelDims& dims() const { return dims_; }
   const std::vector<TensorInfo>& tensors() const { return table_; }

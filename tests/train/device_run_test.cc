@@ -1,0 +1,148 @@
+// loom-train's device path (run.cc: LOOM_DEVICE=cuda:N, RunOnCuda) driven through RunLoomTrain
+// with a test-role device trainer that runs on the CPU (CpuStandInTrainer: the CPU Trainer
+// behind the DeviceTrainer interface), so the loop's checkpoint, resume and progress wiring is
+// tested on machines without a GPU. The CUDA trainer itself is tested in cuda_trainer_test.cc.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/train/test_util.h"
+#include "worker/train/config/json.h"
+#include "worker/train/device_trainer.h"
+#include "worker/train/run.h"
+#include "worker/train/trainer.h"
+
+namespace loom::train {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::ReadText;
+using testing::TempDir;
+
+// Test role: a "device" trainer that is the CPU Trainer. Counts its saves and resumes.
+class CpuStandInTrainer : public DeviceTrainer {
+ public:
+  CpuStandInTrainer(const JobConfig& config, const BatchShape& shape, const Dataset& data)
+      : trainer_(config, shape, data) {}
+  StepResult Step() override { return trainer_.Step(); }
+  float Evaluate() override { return trainer_.Evaluate(); }
+  int64_t step() const override { return trainer_.step(); }
+  size_t num_params() const override { return trainer_.model().num_params(); }
+  std::string Save(const std::string& root, int64_t generation) override {
+    ++saves;
+    return trainer_.Save(root, generation);
+  }
+  CheckpointMeta Resume(const std::string& dir) override {
+    ++resumes;
+    return trainer_.Resume(dir);
+  }
+  static inline int saves = 0;
+  static inline int resumes = 0;
+
+ private:
+  Trainer trainer_;
+};
+
+struct RunResult {
+  int exit_code = -1;
+  std::vector<double> losses;            // per step line, in order
+  std::vector<std::string> checkpoints;  // "dir" of each checkpoint line
+  std::vector<int> devices;              // the device index each factory call got
+};
+
+// Runs loom-train in-process on "cuda:0" (a machine with one device, the stand-in trainer) with
+// `args`; progress lines go to a file through LOOM_PROGRESS_FD.
+RunResult RunOnStandIn(const TempDir& dir, const std::string& args) {
+  RunResult result;
+  const std::string progress = dir / "progress.jsonl";
+  std::filesystem::remove(progress);
+  const int fd = ::open(progress.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  EXPECT_GE(fd, 0);
+  const std::string fd_text = std::to_string(fd);
+  auto getenv = [&](const char* name) -> const char* {
+    const std::string n = name;
+    if (n == "LOOM_DEVICE") return "cuda:0";
+    if (n == "LOOM_PROGRESS_FD") return fd_text.c_str();
+    return nullptr;
+  };
+  RunOptions options;
+  options.cuda_device_count = [] { return 1; };
+  options.cuda_trainer = [&](const JobConfig& config, const BatchShape& shape, const Dataset& data,
+                             int device) -> std::unique_ptr<DeviceTrainer> {
+    result.devices.push_back(device);
+    return std::make_unique<CpuStandInTrainer>(config, shape, data);
+  };
+  std::vector<std::string> argv;
+  std::string word;
+  for (char ch : args + " ") {
+    if (ch != ' ') {
+      word += ch;
+    } else if (!word.empty()) {
+      argv.push_back(word);
+      word.clear();
+    }
+  }
+  result.exit_code = RunLoomTrain(argv, getenv, options);
+  ::close(fd);
+  std::string text = ReadText(progress);
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(start, end - start);
+    start = end + 1;
+    if (line.empty()) continue;
+    Value v = ParseJson(line, "progress");
+    const std::string event = v.Find("event")->text;
+    if (event == "step") result.losses.push_back(std::stod(v.Find("loss")->text));
+    if (event == "checkpoint") result.checkpoints.push_back(v.Find("dir")->text);
+  }
+  return result;
+}
+
+const char kFlags[] =
+    "--preset tiny --data-builtin tiny-corpus --batch 2 --seq-len 16 --seed 7 --quiet "
+    "--checkpoint-every 2 ";
+
+// Eight steps at once; then eight steps resumed from the step-4 checkpoint: the same curve as eight steps at once, and the
+// checkpoints of the device path are announced as on the CPU path.
+TEST(DeviceRunTest, CheckpointsAndResumeOnTheDevicePath) {
+  TempDir dir;
+  CpuStandInTrainer::saves = CpuStandInTrainer::resumes = 0;
+  const std::string straight_dir = dir / "straight";
+  RunResult straight = RunOnStandIn(dir, std::string(kFlags) + "--steps 8 --checkpoint-dir " +
+                                             straight_dir);
+  ASSERT_EQ(straight.exit_code, 0);
+  ASSERT_EQ(straight.losses.size(), 8u);
+  EXPECT_EQ(straight.devices, std::vector<int>{0});
+  EXPECT_EQ(CpuStandInTrainer::saves, 4);  // steps 2, 4, 6, 8
+  EXPECT_EQ(CpuStandInTrainer::resumes, 0);
+  ASSERT_EQ(straight.checkpoints.size(), 4u);
+  EXPECT_THAT(straight.checkpoints.back(), HasSubstr("step-000008"));
+
+  // The second half resumes from the straight run's step-4 checkpoint alone (the learning-rate
+  // schedule depends on --steps, so both halves are runs of the same 8-step job).
+  const std::string split_dir = dir / "split";
+  ASSERT_TRUE(std::filesystem::exists(straight_dir + "/step-000004/manifest.json"));
+  std::filesystem::create_directories(split_dir);
+  std::filesystem::copy(straight_dir + "/step-000004", split_dir + "/step-000004",
+                        std::filesystem::copy_options::recursive);
+  CpuStandInTrainer::saves = CpuStandInTrainer::resumes = 0;
+  RunResult resumed =
+      RunOnStandIn(dir, std::string(kFlags) + "--steps 8 --checkpoint-dir " + split_dir);
+  ASSERT_EQ(resumed.exit_code, 0);
+  EXPECT_EQ(CpuStandInTrainer::resumes, 1);
+  EXPECT_EQ(CpuStandInTrainer::saves, 2);  // steps 6 and 8
+  ASSERT_EQ(resumed.losses.size(), 4u);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(resumed.losses[i], straight.losses[4 + i]) << i;
+  EXPECT_TRUE(std::filesystem::exists(split_dir + "/step-000008/manifest.json"));
+}
+
+}  // namespace
+}  // namespace loom::train
