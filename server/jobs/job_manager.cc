@@ -457,11 +457,13 @@ void JobManager::LaunchLocked(ActiveJob& active, const std::vector<v1::Placement
   active.rate_start_step = -1;
   active.step_times.Reset();
   active.counted_steps.clear();
-  // A new gang reports afresh: drop the old gang's ratios, keep the job's byte totals.
+  // A new gang reports afresh: drop the old gang's ratios and memory, keep the job's byte and
+  // device allocation totals.
   for (auto& [rank, telemetry] : active.rank_telemetry) {
     telemetry.overlap_ratio.reset();
     telemetry.bubble_ratio.reset();
     telemetry.idle_ratio.reset();
+    telemetry.memory.reset();
   }
 
   const v1::Job& job = active.job;

@@ -195,11 +195,12 @@ class JobManager {
     // Rank 0's measured step times of the current generation (job.plan_check and the
     // loom_job_step_seconds gauge; memory only, measured afresh after a loomd restart).
     StepTimeWindow step_times;
-    // Per-rank ratios (current generation) and comm bytes (whole job) for the loom_rank_*
-    // series; memory only.
+    // Per-rank ratios and memory (current generation), comm bytes and device allocations
+    // (whole job) for the loom_rank_* and loom_gpu_* series; memory only.
     std::map<int, server_metrics::RankTelemetry> rank_telemetry;
-    // rank -> the last step of the current generation whose comm bytes were counted, so that a
-    // report sent twice (a worker replaying after a reconnect) is not counted twice.
+    // rank -> the last step of the current generation whose comm bytes and device allocations
+    // were counted, so that a report sent twice (a worker replaying after a reconnect) is not
+    // counted twice.
     std::map<int, int64_t> counted_steps;
   };
 
@@ -236,8 +237,8 @@ class JobManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleStepLocked(const std::string& node, const v1::StepReport& report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Keeps a step report's ratios and (once per step) its comm bytes for the loom_rank_* series.
-  // Requires mu_.
+  // Keeps a step report's ratios and memory and (once per step) its comm bytes and device
+  // allocations for the loom_rank_* and loom_gpu_* series. Requires mu_.
   void RecordRankTelemetry(ActiveJob& active, const v1::StepReport& report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The active job that a report about (job, generation) from `node` refers to, or null when

@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -293,6 +294,18 @@ void JobManager::RecordRankTelemetry(ActiveJob& active, const v1::StepReport& re
     telemetry.bubble_ratio = report.bubble_ratio();
     telemetry.idle_ratio = report.idle_ratio();
   }
+  // Only the "cuda" prefix of the free-text device matters: it never becomes a label value.
+  const bool gpu = absl::StartsWith(report.device(), "cuda");
+  server_metrics::RankMemory& memory = telemetry.memory.emplace();
+  memory.allocated = report.memory_bytes();
+  memory.peak = report.peak_memory_bytes();
+  memory.rss = report.rss_bytes();
+  if (gpu) {
+    memory.gpu_reserved = report.reserved_memory_bytes();
+    if (IsRatio(report.memory_fragmentation())) {
+      memory.gpu_fragmentation = report.memory_fragmentation();
+    }
+  }
   auto [counted, first] = active.counted_steps.try_emplace(report.rank(), report.step());
   if (!first) {
     if (report.step() <= counted->second) return;
@@ -301,6 +314,10 @@ void JobManager::RecordRankTelemetry(ActiveJob& active, const v1::StepReport& re
   for (const auto& [kind, bytes] : report.comm_bytes()) {
     // Unknown kinds are summed under "other": the label values stay bounded.
     telemetry.comm_bytes_total[std::string(server_metrics::CommKindLabel(kind))] += bytes;
+  }
+  if (gpu) {
+    telemetry.device_allocations_total =
+        telemetry.device_allocations_total.value_or(0) + report.device_allocations();
   }
 }
 

@@ -17,6 +17,18 @@ constexpr std::string_view kCodeNames[] = {
 constexpr v1::JobState kJobStates[] = {v1::QUEUED, v1::SCHEDULED, v1::RUNNING,   v1::SUCCEEDED,
                                        v1::FAILED, v1::CANCELLED, v1::RESTARTING};
 
+// Raises `counter` to `total`, kept by the job manager. The scrape hook is a per-rank counter's
+// only writer (and hooks never run concurrently), so this keeps the two equal.
+void RaiseTo(metrics::Counter& counter, uint64_t total) {
+  const double delta = static_cast<double>(total) - counter.Value();
+  if (delta > 0) counter.Increment(delta);
+}
+
+metrics::Labels WithKind(metrics::Labels labels, std::string_view kind) {
+  labels.emplace_back("kind", std::string(kind));
+  return labels;
+}
+
 }  // namespace
 
 std::string_view CommKindLabel(std::string_view kind) {
@@ -157,17 +169,57 @@ void ServerMetrics::CollectRanks(const std::map<std::string, std::map<int, RankT
         exported.insert({ratio.name, labels});
       }
       for (const auto& [kind, total] : telemetry.comm_bytes_total) {
-        metrics::Labels with_kind = labels;
-        with_kind.emplace_back("kind", std::string(CommKindLabel(kind)));
-        metrics::Counter& counter = registry_->GetCounter(
-            kCommBytes, "Bytes the rank moved through collectives, by collective kind.", with_kind);
-        // The manager keeps the totals; this scrape hook is the counter's only writer (and hooks
-        // never run concurrently), so raising it to the total keeps the two equal.
-        const double delta = static_cast<double>(total) - counter.Value();
-        if (delta > 0) counter.Increment(delta);
+        metrics::Labels with_kind = WithKind(labels, CommKindLabel(kind));
+        RaiseTo(registry_->GetCounter(
+                    kCommBytes, "Bytes the rank moved through collectives, by collective kind.",
+                    with_kind),
+                total);
         exported.insert({kCommBytes, std::move(with_kind)});
       }
+      if (telemetry.memory.has_value()) CollectRankMemory(labels, *telemetry.memory, exported);
+      if (telemetry.device_allocations_total.has_value()) {
+        constexpr char kDeviceAllocs[] = "loom_gpu_device_allocations_total";
+        RaiseTo(registry_->GetCounter(kDeviceAllocs,
+                                      "Device memory segments (cudaMalloc) the rank's caching "
+                                      "allocator took; flat in an allocation-free steady state.",
+                                      labels),
+                *telemetry.device_allocations_total);
+        exported.insert({kDeviceAllocs, labels});
+      }
     }
+  }
+}
+
+void ServerMetrics::CollectRankMemory(const metrics::Labels& labels, const RankMemory& memory,
+                                      std::set<std::pair<std::string, metrics::Labels>>& exported) {
+  auto set = [&](const char* name, const char* help, metrics::Labels series, double value) {
+    registry_->GetGauge(name, help, series).Set(value);
+    exported.insert({name, std::move(series)});
+  };
+  constexpr char kRankMemory[] = "loom_rank_memory_bytes";
+  constexpr char kRankMemoryHelp[] =
+      "The rank's memory in its latest step: kind allocated (by the training core), peak "
+      "(allocated, at most so far), rss (resident set of the process).";
+  set(kRankMemory, kRankMemoryHelp, WithKind(labels, "allocated"),
+      static_cast<double>(memory.allocated));
+  set(kRankMemory, kRankMemoryHelp, WithKind(labels, "peak"), static_cast<double>(memory.peak));
+  set(kRankMemory, kRankMemoryHelp, WithKind(labels, "rss"), static_cast<double>(memory.rss));
+  if (!memory.gpu_reserved.has_value()) return;  // not on a GPU
+  constexpr char kGpuMemory[] = "loom_gpu_memory_bytes";
+  constexpr char kGpuMemoryHelp[] =
+      "Device memory of the rank in its latest step: kind allocated (in use), reserved (held by "
+      "the caching allocator, in use + cached, plus fixed buffers), peak (in use, at most so "
+      "far).";
+  set(kGpuMemory, kGpuMemoryHelp, WithKind(labels, "allocated"),
+      static_cast<double>(memory.allocated));
+  set(kGpuMemory, kGpuMemoryHelp, WithKind(labels, "reserved"),
+      static_cast<double>(*memory.gpu_reserved));
+  set(kGpuMemory, kGpuMemoryHelp, WithKind(labels, "peak"), static_cast<double>(memory.peak));
+  if (memory.gpu_fragmentation.has_value()) {
+    set("loom_gpu_memory_fragmentation_ratio",
+        "1 - the largest free cached block / the free cached bytes of the rank's caching "
+        "allocator in its latest step (0: one free block; near 1: scattered).",
+        labels, *memory.gpu_fragmentation);
   }
 }
 

@@ -19,6 +19,21 @@
 //   loom_rank_comm_bytes_total{job, rank, kind}
 //                                             counter, bytes the rank moved per collective kind
 //                                             (kCommKinds, anything else counted as "other")
+//   loom_rank_memory_bytes{job, rank, kind}   gauge, kind allocated|peak|rss: the training
+//                                             core's allocated bytes, their peak so far, and the
+//                                             process's resident set (every rank)
+//   loom_gpu_memory_bytes{job, rank, kind}    gauge, kind allocated|reserved|peak: device memory
+//                                             in use, held by the caching allocator (in use +
+//                                             cached), and the peak in use
+//   loom_gpu_memory_fragmentation_ratio{job, rank}
+//                                             gauge, 1 - largest free cached block / free cached
+//                                             bytes
+//                                             (the memory gauges: from the rank's latest step
+//                                             report of the current generation; loom_gpu_* only
+//                                             for ranks whose StepReport.device starts "cuda")
+//   loom_gpu_device_allocations_total{job, rank}
+//                                             counter, device memory segments (cudaMalloc) the
+//                                             rank took; flat once the steady state is reached
 // The per-job and per-rank series carry the job id (bounded by the active jobs) and the rank
 // (bounded by the world size) and are removed at the first scrape after the job ends, so label
 // sets do not accumulate.
@@ -62,6 +77,18 @@ inline constexpr std::string_view kCommKinds[] = {"all_reduce",   "tp_all_reduce
 // worker cannot create unbounded label values.
 std::string_view CommKindLabel(std::string_view kind);
 
+// One rank's memory in one step (StepReport's memory fields).
+struct RankMemory {
+  uint64_t allocated = 0;  // memory_bytes
+  uint64_t peak = 0;       // peak_memory_bytes
+  uint64_t rss = 0;        // rss_bytes
+  // The device fields, set only when the report came from a CUDA device (its `device` starts
+  // with "cuda"): what the loom_gpu_* gauges show.
+  std::optional<uint64_t> gpu_reserved;  // reserved_memory_bytes
+  // memory_fragmentation; unset as well when the report's value was not in [0, 1].
+  std::optional<double> gpu_fragmentation;
+};
+
 // One rank's telemetry from its step reports.
 struct RankTelemetry {
   // From the latest step report of the current generation; unset before the first one.
@@ -71,6 +98,12 @@ struct RankTelemetry {
   // CommKindLabel(kind) -> bytes summed over the step reports this loomd received for the job
   // (across generations; memory only, so the counter resets with loomd, as counters may).
   std::map<std::string, uint64_t> comm_bytes_total;
+  // From the latest step report of the current generation; unset before the first one.
+  std::optional<RankMemory> memory;
+  // StepReport.device_allocations summed over the job's step reports from a CUDA device (each
+  // step once; across generations and kept by this loomd only, as comm_bytes_total); unset while
+  // the rank has not reported from one, so CPU ranks get no loom_gpu_* series.
+  std::optional<uint64_t> device_allocations_total;
 };
 
 // What the gauges show, taken from the job manager at scrape time.
@@ -113,6 +146,9 @@ class ServerMetrics {
   // Sets the per-rank gauges and counters of `ranks` and adds those series to `exported`.
   void CollectRanks(const std::map<std::string, std::map<int, RankTelemetry>>& ranks,
                     std::set<std::pair<std::string, metrics::Labels>>& exported);
+  // Sets the memory gauges of one rank (`labels`: job, rank) and adds them to `exported`.
+  void CollectRankMemory(const metrics::Labels& labels, const RankMemory& memory,
+                         std::set<std::pair<std::string, metrics::Labels>>& exported);
 
   metrics::Registry* const registry_;
   metrics::Histogram& scheduling_latency_;

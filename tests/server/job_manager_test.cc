@@ -768,6 +768,104 @@ TEST_F(JobManagerTest, RankRatiosAndCommBytesAreExported) {
   EXPECT_THAT(text, Not(HasSubstr("loom_rank_comm_bytes_total{")));
 }
 
+// The profiler's memory statistics: loom_rank_memory_bytes for every rank, the loom_gpu_* series
+// only for ranks that report from a CUDA device; the device allocation counter counts a re-sent
+// step once, and every series goes when the job ends.
+TEST_F(JobManagerTest, RankMemoryAndGpuAllocatorSeriesAreExported) {
+  metrics::Registry registry;
+  server_metrics::ServerMetrics metrics(&registry);
+  manager_.reset();
+  JobManagerOptions options;
+  options.rendezvous_address = kRendezvous;
+  auto manager = JobManager::Create(store_.get(), &clock_, MakeSpecValidator(), logs_.get(),
+                                    nullptr, &metrics, options);
+  ASSERT_TRUE(manager.ok());
+  manager_ = std::move(*manager);
+  metrics.SetSnapshotSource([this] { return manager_->MetricsSnapshot(); });
+
+  auto sink = Connect("n1", 2);
+  const std::string name = CreateScheduled(CpuSpec(2), *sink);
+  const std::string id = name.substr(5);
+  StartAll("n1", name, 1, 2);
+  EXPECT_THAT(registry.Serialize(), Not(HasSubstr("loom_rank_memory_bytes")));  // none reported
+  EXPECT_THAT(registry.Serialize(), Not(HasSubstr("loom_gpu_")));
+
+  // Rank 1 trains on the CPU (its reserved bytes are its allocated bytes).
+  v1::WorkerMessage cpu = Step(name, 1, /*rank=*/1, /*step=*/1, 100, 3.0);
+  cpu.mutable_step()->set_memory_bytes(1048576);
+  cpu.mutable_step()->set_peak_memory_bytes(2097152);
+  cpu.mutable_step()->set_rss_bytes(7654321);
+  cpu.mutable_step()->set_reserved_memory_bytes(1048576);
+  cpu.mutable_step()->set_device("cpu");
+  Send("n1", cpu);
+  std::string text = registry.Serialize();
+  const std::string memory = absl::StrCat("loom_rank_memory_bytes{job=\"", id, "\",kind=\"");
+  EXPECT_THAT(text, HasSubstr("# TYPE loom_rank_memory_bytes gauge"));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat(memory, "allocated\",rank=\"1\"} 1048576\n")));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat(memory, "peak\",rank=\"1\"} 2097152\n")));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat(memory, "rss\",rank=\"1\"} 7654321\n")));
+  EXPECT_THAT(text, Not(HasSubstr("loom_gpu_")));  // a CPU rank has no device series
+
+  // Rank 0 trains on a GPU.
+  auto gpu = [&](int64_t n, double fragmentation, uint64_t allocations) {
+    v1::WorkerMessage m = Step(name, 1, /*rank=*/0, n, 100, 3.0);
+    v1::StepReport* r = m.mutable_step();
+    r->set_memory_bytes(3145728);
+    r->set_peak_memory_bytes(5242880);
+    r->set_rss_bytes(123456789);
+    r->set_reserved_memory_bytes(23068672);
+    r->set_memory_fragmentation(fragmentation);
+    r->set_device_allocations(allocations);
+    r->set_device("cuda:0");
+    return m;
+  };
+  Send("n1", gpu(1, 0.25, 7));
+  Send("n1", gpu(2, 0.125, 2));
+  Send("n1", gpu(2, 0.125, 2));  // re-sent: its allocations are not counted again
+  Send("n1", gpu(3, 0.125, 0));
+
+  text = registry.Serialize();
+  const std::string r0 = absl::StrCat("{job=\"", id, "\",rank=\"0\"}");
+  const std::string gpu_memory = absl::StrCat("loom_gpu_memory_bytes{job=\"", id, "\",kind=\"");
+  EXPECT_THAT(text, HasSubstr("# TYPE loom_gpu_memory_bytes gauge"));
+  EXPECT_THAT(text, HasSubstr("# TYPE loom_gpu_memory_fragmentation_ratio gauge"));
+  EXPECT_THAT(text, HasSubstr("# TYPE loom_gpu_device_allocations_total counter"));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat(gpu_memory, "allocated\",rank=\"0\"} 3145728\n")));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat(gpu_memory, "reserved\",rank=\"0\"} 23068672\n")));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat(gpu_memory, "peak\",rank=\"0\"} 5242880\n")));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("loom_gpu_memory_fragmentation_ratio", r0, " 0.125\n")));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("loom_gpu_device_allocations_total", r0, " 9\n")));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat(memory, "allocated\",rank=\"0\"} 3145728\n")));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat(memory, "peak\",rank=\"0\"} 5242880\n")));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat(memory, "rss\",rank=\"0\"} 123456789\n")));
+  // Still nothing on the GPU side for the CPU rank: every loom_gpu_* series is rank 0's.
+  for (const char* gpu_series : {"loom_gpu_memory_bytes{", "loom_gpu_memory_fragmentation_ratio{",
+                                 "loom_gpu_device_allocations_total{"}) {
+    size_t count = 0;
+    for (size_t at = text.find(gpu_series); at != std::string::npos;
+         at = text.find(gpu_series, at + 1)) {
+      EXPECT_THAT(text.substr(at, text.find('\n', at) - at), HasSubstr("rank=\"0\""));
+      ++count;
+    }
+    EXPECT_EQ(count, std::string_view(gpu_series) == "loom_gpu_memory_bytes{" ? 3u : 1u)
+        << gpu_series;
+  }
+
+  // A fragmentation outside [0, 1] is not exported; the counter keeps counting.
+  Send("n1", gpu(4, 1.5, 1));
+  text = registry.Serialize();
+  EXPECT_THAT(text, Not(HasSubstr("loom_gpu_memory_fragmentation_ratio{")));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("loom_gpu_device_allocations_total", r0, " 10\n")));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat(gpu_memory, "reserved\",rank=\"0\"} 23068672\n")));
+
+  ASSERT_TRUE(manager_->CancelJob(name).ok());
+  text = registry.Serialize();
+  EXPECT_THAT(text, Not(HasSubstr("loom_rank_memory_bytes{")));
+  EXPECT_THAT(text, Not(HasSubstr("loom_gpu_memory_bytes{")));
+  EXPECT_THAT(text, Not(HasSubstr("loom_gpu_memory_fragmentation_ratio{")));
+  EXPECT_THAT(text, Not(HasSubstr("loom_gpu_device_allocations_total{")));
+}
+
 TEST(ServerMetricsTest, CommKindsOutsideTheKnownSetAreOther) {
   for (std::string_view kind : server_metrics::kCommKinds) {
     EXPECT_EQ(server_metrics::CommKindLabel(kind), kind);

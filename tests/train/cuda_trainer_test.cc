@@ -84,6 +84,26 @@ TEST_F(CudaTrainerTest, SteadyStateAllocatesNothing) {
   EXPECT_EQ(after.num_allocs, before.num_allocs);
 }
 
+// The profiler's allocator statistics in the StepResult (what the progress line carries): the
+// first step counts the segments taken since the trainer was built, later steps none; reserved
+// covers what is allocated.
+TEST_F(CudaTrainerTest, StepResultCarriesTheAllocatorStatistics) {
+  JobConfig c = TinyConfig(3);
+  Dataset data = Dataset::Load("", "tiny-corpus", "", c.model.vocab, c.seq_len);
+  CudaTrainer gpu(c, ResolveBatchShape(c, RankEnv{}), data, 0);
+  const StepResult first = gpu.Step();
+  EXPECT_EQ(first.device, "cuda:0");
+  EXPECT_GT(first.device_allocations, 0u);
+  EXPECT_EQ(first.device_allocations, gpu.model().memory_stats().num_device_allocs);
+  for (int s = 2; s <= 3; ++s) {
+    const StepResult r = gpu.Step();
+    EXPECT_EQ(r.device_allocations, 0u) << "step " << s;
+    EXPECT_GE(r.reserved_memory_bytes, r.memory_bytes) << "step " << s;
+    EXPECT_GE(r.memory_fragmentation, 0.0) << "step " << s;
+    EXPECT_LE(r.memory_fragmentation, 1.0) << "step " << s;
+  }
+}
+
 // Checkpoints on the GPU: 8 steps at once equal 4 steps, a save, a fresh trainer resumed from it
 // and 4 more (the masters and moments are restored exactly; the bf16 parameters are re-derived
 // from the masters as the update does). The checkpoint is the CPU trainer's format: a CPU trainer

@@ -1,9 +1,10 @@
 // The training loop: determinism, resume bit-for-bit, layout invariance, the learning-rate
-// schedule and clipping.
+// schedule and clipping; the progress line of a step.
 #include "worker/train/trainer.h"
 
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -12,6 +13,7 @@
 #include "worker/train/data/dataset.h"
 #include "worker/train/optim/adamw.h"
 #include "worker/train/parallel/zero_optimizer.h"
+#include "worker/train/progress.h"
 
 namespace loom::train {
 namespace {
@@ -48,10 +50,50 @@ TEST(TrainerTest, SameSeedSameBitsAndLossFalls) {
     // Parameters, gradients and both moments are at least 4 copies of the parameters.
     EXPECT_GT(r.memory_bytes, 4 * a.model().num_params() * sizeof(float));
     EXPECT_GT(r.rss_bytes, 0u);
+    // No caching allocator on the CPU: reserved is allocated, nothing fragmented or allocated
+    // on a device.
+    EXPECT_EQ(r.reserved_memory_bytes, r.memory_bytes);
+    EXPECT_EQ(r.memory_fragmentation, 0.0);
+    EXPECT_EQ(r.device_allocations, 0u);
+    EXPECT_EQ(r.device, "cpu");
   }
   EXPECT_EQ(la, lb);
   EXPECT_TRUE(SameParams(a, b));
   EXPECT_LT(la.back(), la.front() - 0.5f);  // from ~5.5 (ln 256) down
+}
+
+// The progress line carries the profiler's memory statistics (docs/rank-contract.md): from the
+// CPU trainer's own step, and as a GPU rank's StepResult would hold them.
+TEST(ProgressTest, StepLineCarriesTheMemoryStatistics) {
+  JobConfig c = TinyConfig(1);
+  Dataset data = TinyData(c);
+  Trainer trainer(c, ResolveBatchShape(c, RankEnv{}), data);
+  const StepResult cpu = trainer.Step();
+  Progress progress(/*rank=*/0, /*total_steps=*/1, /*progress_fd=*/-1, /*human=*/false);
+  const std::string line = progress.StepJson(cpu);
+  const std::string allocated = std::to_string(cpu.memory_bytes);
+  EXPECT_NE(line.find("\"memory_bytes\":" + allocated + ","), std::string::npos) << line;
+  EXPECT_NE(line.find("\"rss_bytes\":" + std::to_string(cpu.rss_bytes) + ","), std::string::npos)
+      << line;
+  EXPECT_NE(line.find("\"reserved_memory_bytes\":" + allocated + ","), std::string::npos) << line;
+  EXPECT_NE(line.find("\"memory_fragmentation\":0,"), std::string::npos) << line;
+  EXPECT_NE(line.find("\"device_allocations\":0,"), std::string::npos) << line;
+  EXPECT_NE(line.find("\"device\":\"cpu\"}"), std::string::npos) << line;
+
+  StepResult gpu;
+  gpu.step = 3;
+  gpu.memory_bytes = 3 << 20;
+  gpu.peak_memory_bytes = 5 << 20;
+  gpu.reserved_memory_bytes = 22 << 20;
+  gpu.memory_fragmentation = 0.25;
+  gpu.device_allocations = 2;
+  gpu.device = "cuda:1";
+  const std::string gpu_line = progress.StepJson(gpu);
+  for (const char* field : {"\"memory_bytes\":3145728,", "\"peak_memory_bytes\":5242880,",
+                            "\"reserved_memory_bytes\":23068672,", "\"memory_fragmentation\":0.25,",
+                            "\"device_allocations\":2,", "\"device\":\"cuda:1\"}"}) {
+    EXPECT_NE(gpu_line.find(field), std::string::npos) << field << " in " << gpu_line;
+  }
 }
 
 // N steps uninterrupted == k steps + save + load into a fresh trainer + N - k steps.

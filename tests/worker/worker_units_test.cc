@@ -122,6 +122,73 @@ TEST(ProgressParserTest, CommBytesAndRatios) {
   EXPECT_DOUBLE_EQ((*old)->idle_ratio(), 0.0);
 }
 
+// The profiler's memory fields of a GPU rank, in loom-train's order (docs/rank-contract.md).
+TEST(ProgressParserTest, MemoryStatistics) {
+  auto r = ParseProgressLine(
+      R"({"event":"step","rank":0,"step":7,"total_steps":50,"memory_bytes":3145728,)"
+      R"("peak_memory_bytes":5242880,"rss_bytes":409600000,"reserved_memory_bytes":23068672,)"
+      R"("memory_fragmentation":0.25,"device_allocations":2,"device":"cuda:1"})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->has_value());
+  const v1::StepReport& s = **r;
+  EXPECT_EQ(s.memory_bytes(), 3145728u);
+  EXPECT_EQ(s.peak_memory_bytes(), 5242880u);
+  EXPECT_EQ(s.rss_bytes(), 409600000u);
+  EXPECT_EQ(s.reserved_memory_bytes(), 23068672u);
+  EXPECT_DOUBLE_EQ(s.memory_fragmentation(), 0.25);
+  EXPECT_EQ(s.device_allocations(), 2u);
+  EXPECT_EQ(s.device(), "cuda:1");
+
+  auto cpu = ParseProgressLine(
+      R"({"event":"step","step":1,"memory_bytes":1024,"reserved_memory_bytes":1024,)"
+      R"("memory_fragmentation":0,"device_allocations":0,"device":"cpu"})");
+  ASSERT_TRUE(cpu.ok() && cpu->has_value()) << cpu.status();
+  EXPECT_EQ((*cpu)->reserved_memory_bytes(), 1024u);
+  EXPECT_EQ((*cpu)->device(), "cpu");
+
+  // A rank older than these fields: zero and empty, not an error.
+  auto old = ParseProgressLine(R"({"event":"step","step":3,"memory_bytes":1024})");
+  ASSERT_TRUE(old.ok() && old->has_value()) << old.status();
+  EXPECT_EQ((*old)->rss_bytes(), 0u);
+  EXPECT_EQ((*old)->reserved_memory_bytes(), 0u);
+  EXPECT_DOUBLE_EQ((*old)->memory_fragmentation(), 0.0);
+  EXPECT_EQ((*old)->device_allocations(), 0u);
+  EXPECT_EQ((*old)->device(), "");
+}
+
+TEST(ProgressParserTest, BadMemoryStatisticsAreErrors) {
+  struct Case {
+    const char* line;
+    const char* error;  // what the message must name
+  };
+  for (const Case& c : {
+           Case{R"({"event":"step","step":1,"rss_bytes":-1})",
+                "\"rss_bytes\" must be a non-negative integer"},
+           Case{R"({"event":"step","step":1,"reserved_memory_bytes":"22"})",
+                "\"reserved_memory_bytes\" must be a non-negative integer"},
+           Case{R"({"event":"step","step":1,"reserved_memory_bytes":1.5})",
+                "\"reserved_memory_bytes\" must be a non-negative integer"},
+           Case{R"({"event":"step","step":1,"device_allocations":true})",
+                "\"device_allocations\" must be a non-negative integer"},
+           Case{R"({"event":"step","step":1,"memory_fragmentation":"0.5"})",
+                "\"memory_fragmentation\" must be a finite number"},
+           Case{R"({"event":"step","step":1,"memory_fragmentation":1.5})",
+                "\"memory_fragmentation\" must be in [0, 1]"},
+           Case{R"({"event":"step","step":1,"memory_fragmentation":-0.5})",
+                "\"memory_fragmentation\" must be in [0, 1]"},
+           Case{R"({"event":"step","step":1,"device":0})", "\"device\" must be a string"},
+           Case{R"({"event":"step","step":1,"device":["cuda:0"]})", "\"device\" must be a string"},
+       }) {
+    auto r = ParseProgressLine(c.line);
+    ASSERT_FALSE(r.ok()) << c.line;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << c.line;
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr(c.error)) << c.line;
+  }
+  const std::string long_device =
+      R"({"event":"step","step":1,"device":")" + std::string(65, 'c') + R"("})";
+  EXPECT_EQ(ParseProgressLine(long_device).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ProgressParserTest, BadCommBytesAndRatiosAreErrors) {
   struct Case {
     const char* line;

@@ -57,6 +57,20 @@ absl::Status ReadBytes(const Struct& s, const char* key, uint64_t* out) {
   return absl::OkStatus();
 }
 
+// Reads the optional "device" field: "cpu" or "cuda:N" from loom-train. Only its "cuda" prefix
+// matters upstream (it is never a label value), but the length is bounded all the same.
+absl::Status ReadDevice(const Struct& s, std::string* out) {
+  constexpr size_t kMaxDeviceChars = 64;
+  const Value* v = Find(s, "device");
+  if (v == nullptr || v->kind_case() == Value::kNullValue) return absl::OkStatus();
+  if (v->kind_case() != Value::kStringValue || v->string_value().size() > kMaxDeviceChars) {
+    return absl::InvalidArgumentError(absl::StrCat("field \"device\" must be a string of at most ",
+                                                   kMaxDeviceChars, " characters"));
+  }
+  *out = v->string_value();
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::optional<loom::v1::StepReport>> ParseProgressLine(std::string_view line) {
@@ -170,6 +184,26 @@ absl::StatusOr<std::optional<loom::v1::StepReport>> ParseProgressLine(std::strin
   report.set_overlap_ratio(overlap);
   report.set_bubble_ratio(bubble);
   report.set_idle_ratio(idle);
+
+  // The profiler's memory statistics; ranks older than them leave them out (0 and "").
+  uint64_t rss = 0, reserved = 0, device_allocations = 0;
+  for (auto [key, out] :
+       {std::pair{"rss_bytes", &rss}, std::pair{"reserved_memory_bytes", &reserved},
+        std::pair{"device_allocations", &device_allocations}}) {
+    if (absl::Status e = ReadBytes(obj, key, out); !e.ok()) return e;
+  }
+  double fragmentation = 0;
+  if (absl::Status e = ReadDouble(obj, "memory_fragmentation", &fragmentation); !e.ok()) return e;
+  if (fragmentation < 0.0 || fragmentation > 1.0) {
+    return absl::InvalidArgumentError("field \"memory_fragmentation\" must be in [0, 1]");
+  }
+  std::string device;
+  if (absl::Status e = ReadDevice(obj, &device); !e.ok()) return e;
+  report.set_rss_bytes(rss);
+  report.set_reserved_memory_bytes(reserved);
+  report.set_memory_fragmentation(fragmentation);
+  report.set_device_allocations(device_allocations);
+  report.set_device(std::move(device));
   return std::optional<loom::v1::StepReport>(std::move(report));
 }
 

@@ -1,8 +1,12 @@
 #include "worker/train/cuda_trainer.h"
 
+#include <cuda_runtime.h>
+
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "worker/train/device/cuda_memory.h"
@@ -90,6 +94,27 @@ StepResult CudaTrainer::Step() {
   r.memory_bytes = stats.allocated + model_.fixed_bytes();
   r.peak_memory_bytes = stats.peak_allocated + model_.fixed_bytes();
   r.rss_bytes = ResidentSetBytes();
+  // The GEMM workspace is held outside the allocator for the whole run: reserved as well.
+  r.reserved_memory_bytes = stats.reserved + model_.fixed_bytes();
+  r.memory_fragmentation = std::clamp(stats.fragmentation, 0.0, 1.0);
+  r.device_allocations = stats.num_device_allocs - alloc_watch_.seen;
+  alloc_watch_.seen = stats.num_device_allocs;
+  ++alloc_watch_.steps;
+  int device = 0;
+  r.device = cudaGetDevice(&device) == cudaSuccess ? "cuda:" + std::to_string(device) : "cuda";
+  if (r.device_allocations > 0 && alloc_watch_.steps > DeviceAllocWatch::kAllocFreeAfterSteps &&
+      !alloc_watch_.warned) {
+    // Each new segment is a cudaMalloc, which synchronises the device: a step that keeps
+    // allocating is slower than it needs to be. Once per run, so that the log stays readable.
+    alloc_watch_.warned = true;
+    std::fprintf(
+        stderr,
+        "loom-train: warning: step %lld took %llu new device memory segment(s) "
+        "(cudaMalloc) after the first %lld steps; the steady state is not "
+        "allocation-free (%s)\n",
+        static_cast<long long>(r.step), static_cast<unsigned long long>(r.device_allocations),
+        static_cast<long long>(DeviceAllocWatch::kAllocFreeAfterSteps), FormatStats(stats).c_str());
+  }
   return r;
 }
 

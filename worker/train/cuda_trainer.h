@@ -61,6 +61,15 @@ class CudaTrainer : public DeviceTrainer {
   int64_t step_ = 0;          // completed optimizer steps
   // AdamW's step count (bias correction): step_, unless a resumed checkpoint says otherwise.
   int64_t optimizer_step_ = 0;
+  // StepResult::device_allocations is the growth of the allocator's num_device_allocs since the
+  // previous Step of this trainer; a growth after its first kAllocFreeAfterSteps steps breaks the
+  // allocation-free steady state and is warned about on stderr once.
+  struct DeviceAllocWatch {
+    static constexpr int64_t kAllocFreeAfterSteps = 2;
+    uint64_t seen = 0;  // num_device_allocs at the end of the previous Step (0 before the first)
+    int64_t steps = 0;  // Steps taken by this trainer (not step_: a resumed run starts later)
+    bool warned = false;
+  } alloc_watch_;
 };
 
 // The DeviceTrainerFactory of the CUDA build (RunOptions::cuda_trainer): checks that `device`

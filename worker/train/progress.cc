@@ -43,19 +43,30 @@ std::string Progress::StepJson(const StepResult& r) const {
       .Add("idle_ratio", r.idle_ratio)
       .Add("memory_bytes", static_cast<uint64_t>(r.memory_bytes))
       .Add("peak_memory_bytes", static_cast<uint64_t>(r.peak_memory_bytes))
-      .Add("rss_bytes", static_cast<uint64_t>(r.rss_bytes));
+      .Add("rss_bytes", static_cast<uint64_t>(r.rss_bytes))
+      .Add("reserved_memory_bytes", static_cast<uint64_t>(r.reserved_memory_bytes))
+      .Add("memory_fragmentation", r.memory_fragmentation)
+      .Add("device_allocations", r.device_allocations)
+      .Add("device", r.device);
   return o.str();
 }
 
 void Progress::Step(const StepResult& r) {
   Emit(StepJson(r));
   if (human_) {
+    // A GPU rank also shows what its caching allocator holds and how scattered the free part is;
+    // on the CPU both would repeat "mem".
+    char gpu_memory[96] = "";
+    if (r.device.rfind("cuda", 0) == 0) {
+      std::snprintf(gpu_memory, sizeof(gpu_memory), " (reserved %.1f MiB, frag %.2f)",
+                    r.reserved_memory_bytes / 1048576.0, r.memory_fragmentation);
+    }
     std::fprintf(stderr,
                  "step %lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.1f ms | "
-                 "mem %.1f MiB\n",
+                 "mem %.1f MiB%s\n",
                  static_cast<long long>(r.step), static_cast<long long>(total_steps_), r.loss, r.lr,
                  r.grad_norm, r.times.tokens_per_second, r.times.step_seconds * 1e3,
-                 r.memory_bytes / 1048576.0);
+                 r.memory_bytes / 1048576.0, gpu_memory);
   }
 }
 

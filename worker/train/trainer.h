@@ -72,6 +72,22 @@ struct StepResult {
   size_t memory_bytes = 0;       // bytes allocated by the training core now
   size_t peak_memory_bytes = 0;  // and at most so far
   size_t rss_bytes = 0;          // resident set size of the process
+  // The profiler's allocator statistics (DESIGN.md, "Profiler"). On a GPU: bytes of device
+  // memory the caching allocator holds (handed out + cached free blocks) plus the fixed buffers
+  // outside it, so reserved >= memory_bytes. The CPU trainer has no cache: its reserved bytes
+  // are its allocated bytes.
+  size_t reserved_memory_bytes = 0;
+  // 1 - largest free cached block / free cached bytes, in [0, 1]: 0 when the cached free memory
+  // is one block (or there is none, as always on the CPU); near 1 when it is scattered in pieces
+  // too small for a large request.
+  double memory_fragmentation = 0.0;
+  // Device memory segments (cudaMalloc) the allocator took since the previous step (the first
+  // step reported by a process also counts those taken while the trainer was built). The
+  // steady-state step allocates none, so anything but 0 after the first steps means the step's
+  // memory pattern keeps changing. Always 0 on the CPU.
+  uint64_t device_allocations = 0;
+  // Where the step ran: "cpu", or "cuda:N" for CUDA device N.
+  std::string device = "cpu";
 };
 
 // The groups a trainer uses (not owned; they outlive the trainer). nullptr = a group of one.
