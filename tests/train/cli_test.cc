@@ -185,10 +185,17 @@ TEST(CliTest, BadInputExitsTwoWithAOneLineMessage) {
   expect_bad("", "--preset tiny " + flags + " --device tpu", "--device: expected cpu, cuda");
   expect_bad("", "--preset tiny " + flags + " --device cuda --checkpoint-dir ck-gpu", "--device: ");
   EXPECT_FALSE(std::filesystem::exists(dir / "ck-gpu"));
+  // Data parallelism on the GPU: refused without NCCL, else the missing device is found before
+  // any rendezvous (which would wait for rank 1).
   expect_bad(
       "LOOM_WORLD_SIZE=2 LOOM_RANK=0 "
       "LOOM_LAYOUT=data=2,tensor=1,pipeline=1,micro_batch=1,num_micro_batches=2",
       "--preset tiny " + flags + " --global-batch-tokens 64 --device cuda", "--device: ");
+  // Tensor parallelism is refused on the GPU (or, in a build without CUDA, --device cuda is).
+  expect_bad(
+      "LOOM_WORLD_SIZE=2 LOOM_RANK=0 "
+      "LOOM_LAYOUT=data=1,tensor=2,pipeline=1,micro_batch=1,num_micro_batches=2",
+      "--preset tiny " + flags + " --global-batch-tokens 32 --device cuda", "--device: ");
 
   // A checkpoint of another model: refused, and left exactly as it was.
   Result made = RunBinary(dir, "", "--hidden 32 --preset tiny " + flags + " --checkpoint-dir ck");

@@ -74,7 +74,8 @@ RunResult RunOnStandIn(const TempDir& dir, const std::string& args) {
   RunOptions options;
   options.cuda_device_count = [] { return 1; };
   options.cuda_trainer = [&](const JobConfig& config, const BatchShape& shape, const Dataset& data,
-                             int device) -> std::unique_ptr<DeviceTrainer> {
+                             int device,
+                             const DeviceTrainerOptions&) -> std::unique_ptr<DeviceTrainer> {
     result.devices.push_back(device);
     return std::make_unique<CpuStandInTrainer>(config, shape, data);
   };

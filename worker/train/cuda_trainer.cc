@@ -9,33 +9,65 @@
 #include <cstdio>
 #include <string>
 
+#include "kernels/cuda/check.h"
+#include "worker/train/comm/bootstrap.h"
 #include "worker/train/device/cuda_memory.h"
+#include "worker/train/device/cuda_stream.h"
 #include "worker/train/device/nvtx_range.h"
 #include "worker/train/error.h"
 #include "worker/train/profiler/step_profiler.h"
+#ifdef LOOM_HAVE_NCCL
+#include "worker/train/cuda_grad_sync.h"
+#endif
 
 namespace loom::train {
 namespace {
 
-// The GPU path holds the whole model on one rank (run.cc refuses other layouts first).
-const BatchShape& OneRank(const BatchShape& shape) {
-  LOOM_CHECK(shape.dp_size == 1 && shape.tp_size == 1 && shape.pp_size == 1,
-             "the CUDA trainer runs one rank holding the whole model");
+// The GPU path holds the whole model on every rank: data parallelism at most (run.cc refuses
+// other layouts first), over `dp` when there is more than one rank.
+const BatchShape& WholeModel(const BatchShape& shape, const NcclCommunicator* dp) {
+  LOOM_CHECK(shape.tp_size == 1 && shape.pp_size == 1,
+             "the CUDA trainer holds the whole model on each rank (tensor = pipeline = 1)");
+  LOOM_CHECK(shape.dp_size >= 1 && shape.dp_rank >= 0 && shape.dp_rank < shape.dp_size,
+             "invalid data-parallel rank");
+  LOOM_CHECK(shape.dp_size == 1 ||
+                 (dp != nullptr && dp->size() == shape.dp_size && dp->rank() == shape.dp_rank),
+             "data parallelism on the GPU needs the data-parallel NCCL group of this rank");
+  LOOM_CHECK(!(shape.dp_size > 1 && shape.zero1), "ZeRO-1 is not supported on the GPU path");
   LOOM_CHECK(shape.B >= 1 && shape.T >= 1 && shape.K >= 1, "invalid batch shape");
   return shape;
 }
 
 }  // namespace
 
+void CudaGradSyncDeleter::operator()(CudaGradSync* sync) const {
+#ifdef LOOM_HAVE_NCCL
+  delete sync;
+#else
+  LOOM_CHECK(sync == nullptr, "gradient buckets in a build without NCCL");
+#endif
+}
+
 CudaTrainer::CudaTrainer(const JobConfig& config, const BatchShape& shape, const Dataset& data,
-                         int device)
+                         int device, std::unique_ptr<NcclCommunicator> dp, size_t bucket_bytes,
+                         bool dp_overlap)
     : config_(config),
-      shape_(OneRank(shape)),
+      shape_(WholeModel(shape, dp.get())),
       model_(config.model, device),
       schedule_{config.lr, config.warmup_steps, config.steps, config.min_lr_ratio},
-      sampler_(data.train(), config.seed, shape.B, shape.T, shape.K, /*dp_rank=*/0),
+      // This dp rank's micro-batches of the global batch, as the CPU trainer's.
+      sampler_(data.train(), config.seed, shape.B, shape.T, shape.K, shape.dp_rank),
       eval_batches_(data.val(), shape.B, shape.T, kMaxEvalBatches),
-      timer_(model_.stream()) {
+      timer_(model_.stream()),
+      dp_overlap_(dp_overlap) {
+  if (shape_.dp_size > 1) {
+#ifdef LOOM_HAVE_NCCL
+    dp_ = std::move(dp);
+    sync_.reset(new CudaGradSync(&model_, dp_.get(), bucket_bytes));
+#else
+    LOOM_CHECK(false, "data parallelism on the GPU needs a build with NCCL");
+#endif
+  }
   // As the CPU trainer's optimizer (trainer.cc AdamFrom): the defaults but the weight decay.
   adam_.weight_decay = static_cast<float>(config.weight_decay);
   model_.InitWeights(config.seed);
@@ -54,6 +86,16 @@ StepResult CudaTrainer::Step() {
   NvtxRange step_range("step");
   timer_.BeginStep();
   model_.ZeroGrad();
+  const int dp = shape_.dp_size;
+#ifdef LOOM_HAVE_NCCL
+  if (sync_) sync_->Begin();
+#endif
+  // The last micro-batch's backward issues the gradient buckets as their stages finish; the
+  // earlier ones only accumulate, so a step communicates once (as the CPU trainer).
+  GptCuda::GradReadyFn ready;
+#ifdef LOOM_HAVE_NCCL
+  if (sync_ && dp_overlap_) ready = [this](int stage) { sync_->StageReady(stage); };
+#endif
   double loss_sum = 0.0;
   for (int m = 0; m < K; ++m) {
     timer_.Enter(Phase::kData);
@@ -61,14 +103,30 @@ StepResult CudaTrainer::Step() {
     timer_.Enter(Phase::kForward);
     model_.Forward(inputs_.data(), targets_.data());
     timer_.Enter(Phase::kBackward);
-    // The step's loss is the mean over its K micro-batches.
-    model_.Backward(1.0f / static_cast<float>(K));
+    // The step's loss is the mean over its K micro-batches, and over the dp ranks: with the
+    // scale 1/(K * dp) the group's SUM of the gradients (the all-reduce) is their mean.
+    model_.Backward(1.0f / (static_cast<float>(K) * static_cast<float>(dp)),
+                    m == K - 1 ? ready : GptCuda::GradReadyFn());
     // As the CPU model: each micro-batch's mean loss as a float, summed in double. Reading it
-    // back synchronises once per micro-batch, after its backward is queued.
+    // back synchronises once per micro-batch, after its backward is queued (the buckets'
+    // all-reduces go on meanwhile, on the communication stream).
     loss_sum += static_cast<float>(model_.LossSum() / N);
   }
+  float loss = static_cast<float>(loss_sum / K);
+#ifdef LOOM_HAVE_NCCL
+  if (sync_) {
+    // The compute stream's wait for the buckets is the exposed communication.
+    timer_.Enter(Phase::kCommExposed);
+    sync_->Finish();
+    // The global batch's mean loss, as the CPU trainer's: each rank's mean / dp, summed.
+    sync_->StartScalarSum(loss / static_cast<float>(dp));
+    loss = sync_->WaitHost();  // CommError when a peer died or hung
+    r.comm.dp_all_reduce = sync_->bytes_per_step();
+    r.comm.world_all_reduce = sizeof(float);
+  }
+#endif
   timer_.Enter(Phase::kOptimizer);
-  const float loss = static_cast<float>(loss_sum / K);
+  // After the sum: the same gradients, so the same norm and clipping, on every rank.
   r.grad_norm = model_.GradNorm();
   if (!std::isfinite(loss)) {
     throw BadInput("train.lr", "the loss became " + std::to_string(loss) + " at step " +
@@ -90,6 +148,18 @@ StepResult CudaTrainer::Step() {
   r.times.tokens_per_second = step_s > 0.0 ? N * K / step_s : 0.0;
   r.step = step_;
   r.loss = loss;
+  r.allreduce_bytes = r.comm.dp_all_reduce;
+  const double exposed = r.times.phase(Phase::kCommExposed);
+  if (step_s > 0.0) r.idle_ratio = std::clamp(exposed / step_s, 0.0, 1.0);
+#ifdef LOOM_HAVE_NCCL
+  if (sync_) {
+    // Device time from the buckets' events (the stream has run the step: EndStep).
+    r.dp_comm_seconds = sync_->comm_seconds();
+    if (r.dp_comm_seconds > 0.0) {
+      r.overlap_ratio = std::clamp(1.0 - sync_->wait_seconds() / r.dp_comm_seconds, 0.0, 1.0);
+    }
+  }
+#endif
   const AllocatorStats stats = model_.memory_stats();
   r.memory_bytes = stats.allocated + model_.fixed_bytes();
   r.peak_memory_bytes = stats.peak_allocated + model_.fixed_bytes();
@@ -130,14 +200,69 @@ float CudaTrainer::Evaluate() {
   return static_cast<float>(sum / eval_batches_.num_batches());
 }
 
+CudaTrainer::~CudaTrainer() = default;
+
+size_t CudaTrainer::num_buckets() const {
+#ifdef LOOM_HAVE_NCCL
+  if (sync_) return sync_->num_buckets();
+#endif
+  return 0;
+}
+
+std::vector<int64_t> CudaTrainer::GatherResumeSteps(int64_t step) {
+  if (!dp_) return {step};
+  const size_t n = static_cast<size_t>(shape_.dp_size);
+  // Once, at start: a small allocation from the model's allocator, given back at once.
+  CachingAllocator* allocator = model_.allocator();
+  const StreamId stream = ToStreamId(model_.stream());
+  float* in = static_cast<float*>(allocator->Allocate(sizeof(float), stream));       // (1)
+  float* out = static_cast<float*>(allocator->Allocate(n * sizeof(float), stream));  // (dp)
+  allocator->RecordStream(in, ToStreamId(dp_->stream()));
+  allocator->RecordStream(out, ToStreamId(dp_->stream()));
+  const float mine = static_cast<float>(step);
+  std::vector<float> all(n, 0.0f);
+  LOOM_CUDA_CHECK(cudaMemcpy(in, &mine, sizeof(float), cudaMemcpyHostToDevice));
+  dp_->AllGather(in, out, 1)->Wait();  // host wait first: CommError rather than a hang
+  dp_->StreamWaitAll(model_.stream());
+  LOOM_CUDA_CHECK(
+      cudaMemcpyAsync(all.data(), out, n * sizeof(float), cudaMemcpyDeviceToHost, model_.stream()));
+  LOOM_CUDA_CHECK(cudaStreamSynchronize(model_.stream()));
+  allocator->Free(in);
+  allocator->Free(out);
+  std::vector<int64_t> steps;
+  for (float s : all) steps.push_back(static_cast<int64_t>(s));
+  return steps;
+}
+
 std::unique_ptr<DeviceTrainer> MakeCudaTrainer(const JobConfig& config, const BatchShape& shape,
-                                               const Dataset& data, int device) {
+                                               const Dataset& data, int device,
+                                               const DeviceTrainerOptions& options) {
   const int count = CudaDeviceCount();
   if (device < 0 || device >= count) {
     throw BadInput("--device", "no CUDA device " + std::to_string(device) + " (this machine has " +
                                    std::to_string(count) + ")");
   }
-  return std::make_unique<CudaTrainer>(config, shape, data, device);
+  if (shape.dp_size == 1) return std::make_unique<CudaTrainer>(config, shape, data, device);
+#ifdef LOOM_HAVE_NCCL
+  // The store is needed only while the ranks meet.
+  std::unique_ptr<KeyValueStore> store = OpenRendezvousStore(options.rendezvous);
+  NcclOptions o;
+  o.rank = shape.dp_rank;
+  o.size = shape.dp_size;
+  o.device = device;
+  o.store = store.get();
+  o.group = "dp";
+  o.timeout = options.rendezvous.timeout;  // LOOM_COMM_TIMEOUT_S
+  std::unique_ptr<NcclCommunicator> dp = ConnectNccl(o);
+  return std::make_unique<CudaTrainer>(config, shape, data, device, std::move(dp),
+                                       options.bucket_bytes, options.dp_overlap);
+#else
+  (void)options;
+  throw BadInput("--device",
+                 "data parallelism on the GPU needs NCCL, and this loom-train was built without "
+                 "it (data " +
+                     std::to_string(shape.dp_size) + "); use --device cpu or a build with NCCL");
+#endif
 }
 
 }  // namespace loom::train

@@ -11,7 +11,15 @@
 // Checkpoints hold the fp32 master weights and moments in the CPU trainer's format
 // (cuda_trainer_checkpoint.cc), so a job moves between the CPU and the GPU through them.
 //
-// Not yet on the GPU path: data/tensor/pipeline parallelism, llm.c import/export (run.cc
+// Data parallelism (dp > 1, tp = pp = 1; built only with NCCL): each rank trains its own
+// micro-batches of the global batch (the BatchSampler of its dp rank, as the CPU trainer), the
+// last micro-batch's backward drives the bucketed NCCL all-reduce of the bf16 gradients,
+// overlapped with the rest of backward (cuda_grad_sync.h); the mean over dp comes from the loss
+// scale 1/(K * dp). The loss is averaged over dp (an fp32 all-reduce), the gradient norm is
+// taken after the sum (the same on every rank), and the compute stream's wait for the buckets
+// is the step's comm_exposed phase. Checkpoints: dp rank 0 writes, then every rank meets.
+//
+// Not yet on the GPU path: tensor and pipeline parallelism, ZeRO-1, llm.c import/export (run.cc
 // refuses them with --device cuda).
 #ifndef LOOM_WORKER_TRAIN_CUDA_TRAINER_H_
 #define LOOM_WORKER_TRAIN_CUDA_TRAINER_H_
@@ -21,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "worker/train/comm/nccl_communicator.h"
 #include "worker/train/config/job_config.h"
 #include "worker/train/config/rank_env.h"
 #include "worker/train/data/dataset.h"
@@ -28,14 +37,26 @@
 #include "worker/train/device_trainer.h"
 #include "worker/train/model/gpt_cuda.h"
 #include "worker/train/optim/adamw.h"
+#include "worker/train/parallel/grad_buckets.h"
 
 namespace loom::train {
+
+// cuda_grad_sync.h, built only with NCCL; the deleter is defined where the class is complete.
+class CudaGradSync;
+struct CudaGradSyncDeleter {
+  void operator()(CudaGradSync* sync) const;
+};
 
 class CudaTrainer : public DeviceTrainer {
  public:
   // The whole model on `device`, initialised as the CPU trainer's (config.seed). `data` must
-  // outlive the trainer. Requires shape.dp_size = tp_size = pp_size = 1 (checked).
-  CudaTrainer(const JobConfig& config, const BatchShape& shape, const Dataset& data, int device);
+  // outlive the trainer. Requires shape.tp_size = pp_size = 1, and shape.dp_size = 1 or `dp`:
+  // the data-parallel group of shape.dp_size ranks on `device` (NCCL; owned from here on), whose
+  // gradients go in buckets of `bucket_bytes`, overlapped with backward when dp_overlap (checked).
+  CudaTrainer(const JobConfig& config, const BatchShape& shape, const Dataset& data, int device,
+              std::unique_ptr<NcclCommunicator> dp = nullptr,
+              size_t bucket_bytes = kDefaultBucketBytes, bool dp_overlap = true);
+  ~CudaTrainer() override;
 
   StepResult Step() override;
   float Evaluate() override;
@@ -43,7 +64,10 @@ class CudaTrainer : public DeviceTrainer {
   size_t num_params() const override { return model_.num_params(); }
   std::string Save(const std::string& root, int64_t generation) override;
   CheckpointMeta Resume(const std::string& dir) override;
+  // An NCCL all-gather over dp (fp32: steps exact below 2^24).
+  std::vector<int64_t> GatherResumeSteps(int64_t step) override;
   GptCuda& model() { return model_; }
+  size_t num_buckets() const;  // the data-parallel gradient buckets (0 without dp)
 
   static constexpr int kMaxEvalBatches = 32;  // as Trainer::kMaxEvalBatches
 
@@ -56,6 +80,10 @@ class CudaTrainer : public DeviceTrainer {
   BatchSampler sampler_;
   EvalBatches eval_batches_;
   CudaPhaseTimer timer_;
+  // Data parallelism (dp > 1): the group, then the buckets over it (destroyed first).
+  std::unique_ptr<NcclCommunicator> dp_;
+  std::unique_ptr<CudaGradSync, CudaGradSyncDeleter> sync_;
+  bool dp_overlap_ = true;
   std::vector<int> inputs_;   // (B, T) host
   std::vector<int> targets_;  // (B, T) host
   int64_t step_ = 0;          // completed optimizer steps
@@ -73,9 +101,13 @@ class CudaTrainer : public DeviceTrainer {
 };
 
 // The DeviceTrainerFactory of the CUDA build (RunOptions::cuda_trainer): checks that `device`
-// exists (InputError otherwise), then builds a CudaTrainer.
+// exists (InputError otherwise); with shape.dp_size > 1 refuses a build without NCCL
+// (InputError), opens the rendezvous store (OpenRendezvousStore) and connects the NCCL group
+// "dp" on `device` within options.rendezvous.timeout (CommError otherwise); then builds a
+// CudaTrainer.
 std::unique_ptr<DeviceTrainer> MakeCudaTrainer(const JobConfig& config, const BatchShape& shape,
-                                               const Dataset& data, int device);
+                                               const Dataset& data, int device,
+                                               const DeviceTrainerOptions& options = {});
 
 }  // namespace loom::train
 

@@ -1,7 +1,8 @@
 // CudaTrainer's checkpoints: the fp32 master weights and AdamW moments, copied to the host in the
 // table's layout and written as one shard in the CPU trainer's format (checkpoint.h), so a job
 // saved on a GPU resumes on a CPU and the other way round, under any layout the checkpoint code
-// can re-slice. The bf16 parameters are not saved: they are re-derived from the masters.
+// can re-slice. The bf16 parameters are not saved: they are re-derived from the masters. Under
+// data parallelism dp rank 0 writes (the ranks hold the same state) and every rank loads.
 #include <string>
 
 #include "worker/train/checkpoint/checkpoint.h"
@@ -19,14 +20,29 @@ std::string CudaTrainer::Save(const std::string& root, int64_t generation) {
   meta.B = shape_.B;
   meta.T = shape_.T;
   meta.K = shape_.K;
-  meta.dp_size = meta.tp_size = meta.pp_size = 1;
+  meta.dp_size = shape_.dp_size;
+  meta.tp_size = meta.pp_size = 1;
   meta.blocks_per_stage = {config_.model.layers};
   meta.zero1 = false;
   meta.dims = model_.dims();
   meta.optimizer_step = optimizer_step_;
-  const GptCuda::HostState state = model_.StateToHost();
-  return SaveCheckpoint(root, model_.tensors(), state.params.data(), state.m.data(),
-                        state.v.data(), meta);
+  if (!dp_) {
+    const GptCuda::HostState state = model_.StateToHost();
+    return SaveCheckpoint(root, model_.tensors(), state.params.data(), state.m.data(),
+                          state.v.data(), meta);
+  }
+  // Data parallelism: every rank holds the same state, so dp rank 0 writes the one shard and
+  // publishes it; then every rank meets, so that nobody goes on (or reads the checkpoint, or
+  // crashes and restarts from an older one) before it exists. A failed write on rank 0 throws
+  // there; the others then fail the barrier at the communicator's timeout (CommError).
+  std::string dir = root + "/" + CheckpointDirName(step_);
+  if (shape_.dp_rank == 0) {
+    const GptCuda::HostState state = model_.StateToHost();
+    dir = SaveCheckpoint(root, model_.tensors(), state.params.data(), state.m.data(),
+                         state.v.data(), meta);
+  }
+  dp_->Barrier()->Wait();
+  return dir;
 }
 
 CheckpointMeta CudaTrainer::Resume(const std::string& dir) {

@@ -10,8 +10,10 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "worker/train/checkpoint/checkpoint.h"
+#include "worker/train/comm/bootstrap.h"
 #include "worker/train/config/job_config.h"
 #include "worker/train/config/rank_env.h"
 #include "worker/train/data/dataset.h"
@@ -39,12 +41,32 @@ class DeviceTrainer {
   // weights, the moments, the optimizer step and step(). Throws InputError when it does not fit
   // this model (checkpoint.h, LoadShardedCheckpoint).
   virtual CheckpointMeta Resume(const std::string& dir) = 0;
+
+  // Every data-parallel rank's `step` (the newest checkpoint each rank found, -1 for none), in
+  // rank order, so that run.cc refuses a gang whose ranks would resume from different
+  // checkpoints (as AgreeOnResume on the CPU). A collective: every rank calls it, before Resume.
+  // One rank: {step}.
+  virtual std::vector<int64_t> GatherResumeSteps(int64_t step) { return {step}; }
 };
 
-// Builds a device trainer for one rank that holds the whole model (dp = tp = pp = 1) on device
-// `device`. Throws InputError when the device does not exist.
+// What a device trainer needs beyond the job: how to meet its data-parallel peers (dp > 1) and
+// how to bucket their gradient all-reduce.
+struct DeviceTrainerOptions {
+  // The rendezvous of this rank (run.cc builds it as for the CPU's communicators): the store
+  // where the NCCL unique id is exchanged, and LOOM_COMM_TIMEOUT_S.
+  RendezvousConfig rendezvous;
+  size_t bucket_bytes = kDefaultBucketBytes;  // --dp-bucket-mb
+  bool dp_overlap = true;                     // --dp-overlap: all-reduce buckets during backward
+};
+
+// Builds a device trainer for one rank that holds the whole model (tp = pp = 1) on device
+// `device`; with shape.dp_size > 1 it connects to its data-parallel peers through
+// options.rendezvous (blocking until they all joined). Throws InputError when the device does
+// not exist or the build cannot run data parallelism there (checked before connecting), and
+// CommError when the peers do not meet.
 using DeviceTrainerFactory = std::function<std::unique_ptr<DeviceTrainer>(
-    const JobConfig& config, const BatchShape& shape, const Dataset& data, int device)>;
+    const JobConfig& config, const BatchShape& shape, const Dataset& data, int device,
+    const DeviceTrainerOptions& options)>;
 
 }  // namespace loom::train
 

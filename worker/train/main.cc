@@ -2,7 +2,8 @@
 // The entry point is the one place that may bring in gRPC: where loom-train is built with it
 // (LOOM_HAVE_GRPC_RENDEZVOUS, not under LOOM_TRAIN_ONLY), it hands the training core the
 // client of loomd's RendezvousService for LOOM_RENDEZVOUS. Where it is built with the CUDA
-// backend (LOOM_HAVE_CUDA_TRAINER), it hands over the GPU trainer for --device cuda as well.
+// backend (LOOM_HAVE_CUDA_TRAINER), it hands over the GPU trainer for --device cuda as well,
+// and says whether that trainer can run data parallelism (NCCL: LOOM_HAVE_NCCL).
 #include <csignal>
 #include <cstdlib>
 #include <string>
@@ -28,6 +29,10 @@ int main(int argc, char** argv) {
 #ifdef LOOM_HAVE_CUDA_TRAINER
   options.cuda_trainer = &loom::train::MakeCudaTrainer;
   options.cuda_device_count = &loom::train::CudaDeviceCount;
+#ifdef LOOM_HAVE_NCCL
+  // The CUDA trainer's data parallelism (cuda_grad_sync.h) is built only with NCCL.
+  options.cuda_data_parallel = true;
+#endif
 #endif
   return loom::train::RunLoomTrain(
       args, [](const char* name) { return std::getenv(name); }, options);

@@ -58,11 +58,12 @@ JobConfig LoadConfig(const Flags& flags, const RankEnv& env) {
   return JobConfigFromValue(merged, source.empty() ? "flags" : source);
 }
 
-// The communicators of this rank, one per dimension and the world (DESIGN.md,
-// "Communication", parallel/process_groups.h).
-ProcessGroups ConnectRanks(const Flags& flags, const RankEnv& env, const BatchShape& shape,
-                           const std::function<const char*(const char*)>& getenv,
-                           const RunOptions& options) {
+// How this rank meets the others (flags, environment and the entry point's loomd store), with
+// LOOM_COMM_HOST and LOOM_COMM_TIMEOUT_S checked: for the CPU's communicators (ConnectRanks) and
+// the GPU's NCCL (RunOnCuda) alike.
+RendezvousConfig RendezvousFrom(const Flags& flags, const RankEnv& env,
+                                const std::function<const char*(const char*)>& getenv,
+                                const RunOptions& options) {
   RendezvousConfig rc;
   rc.job = env.job;
   rc.generation = env.generation;
@@ -97,6 +98,15 @@ ProcessGroups ConnectRanks(const Flags& flags, const RankEnv& env, const BatchSh
     }
     rc.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000.0)));
   }
+  return rc;
+}
+
+// The communicators of this rank, one per dimension and the world (DESIGN.md,
+// "Communication", parallel/process_groups.h).
+ProcessGroups ConnectRanks(const Flags& flags, const RankEnv& env, const BatchShape& shape,
+                           const std::function<const char*(const char*)>& getenv,
+                           const RunOptions& options) {
+  const RendezvousConfig rc = RendezvousFrom(flags, env, getenv, options);
   ProcessGroups groups = ConnectGroups(rc, shape);
   if (rc.world_size > 1) {
     // Says which way the ranks met, so a log shows whether loomd or a directory was used.
@@ -120,14 +130,10 @@ std::string LayoutString(const BatchShape& s) {
 
 // Every rank must resume from the same step, or the gang would train different steps and hang
 // in its collectives: the ranks compare what they found (a checkpoint directory that is not
-// shared between nodes shows here) before anyone loads.
-void AgreeOnResume(const std::optional<std::string>& resume, const ProcessGroups& groups,
-                   const RankEnv& env) {
-  // Steps travel as floats: exact below 2^24.
-  float mine = resume ? static_cast<float>(ReadCheckpointMeta(*resume).step) : -1.0f;
-  std::vector<float> all(static_cast<size_t>(env.world_size));
-  groups.world->AllGather(&mine, all.data(), 1)->Wait();
-  for (int r = 0; r < env.world_size; ++r) {
+// shared between nodes shows here) before anyone loads. Throws InputError naming
+// checkpoint.dir unless every rank's step (-1: none) in `all` is the same.
+void CheckSameResume(const std::vector<float>& all) {
+  for (size_t r = 0; r < all.size(); ++r) {
     if (all[r] == all[0]) continue;
     auto seen = [](float step) {
       return step < 0 ? std::string("none") : "step " + std::to_string(static_cast<int64_t>(step));
@@ -140,6 +146,16 @@ void AgreeOnResume(const std::optional<std::string>& resume, const ProcessGroups
   }
 }
 
+// The CPU's agreement: the steps gathered over the world communicator (Gloo).
+void AgreeOnResume(const std::optional<std::string>& resume, const ProcessGroups& groups,
+                   const RankEnv& env) {
+  // Steps travel as floats: exact below 2^24.
+  float mine = resume ? static_cast<float>(ReadCheckpointMeta(*resume).step) : -1.0f;
+  std::vector<float> all(static_cast<size_t>(env.world_size));
+  groups.world->AllGather(&mine, all.data(), 1)->Wait();
+  CheckSameResume(all);
+}
+
 // Where the model trains (issue 5). --device wins; without it, LOOM_DEVICE=cuda:N from
 // loom-worker picks GPU N where the build has the CUDA trainer and the GPU path can run the job,
 // and otherwise the job trains on the CPU as before (with a note).
@@ -148,18 +164,31 @@ struct DevicePlan {
   int index = 0;  // the CUDA device
 };
 
-// The device index of "cuda" (0) or "cuda:N" (flags and LOOM_DEVICE were validated).
-int CudaIndexOf(const std::string& device) {
-  return device.size() > 5 ? std::atoi(device.c_str() + 5) : 0;
+// The device index of "cuda:N" (flags and LOOM_DEVICE were validated). Plain "cuda" is device
+// 0 for one rank and LOOM_LOCAL_RANK under data parallelism, so that the ranks of one node
+// started by hand with the same flags take different GPUs (NCCL refuses two ranks on one GPU).
+int CudaIndexOf(const std::string& device, const RankEnv& env, const BatchShape& shape) {
+  if (device.size() > 5) return std::atoi(device.c_str() + 5);
+  return shape.dp_size > 1 ? env.local_rank : 0;
 }
 
 // What the GPU path cannot do yet for this run, or "" when it can run it.
-std::string CudaUnsupported(const Flags& flags, const BatchShape& shape) {
-  if (shape.dp_size > 1 || shape.tp_size > 1 || shape.pp_size > 1) {
-    return "training on the GPU runs one rank holding the whole model; data, tensor and "
-           "pipeline parallelism on the GPU are not supported yet (this layout: data " +
-           std::to_string(shape.dp_size) + ", tensor " + std::to_string(shape.tp_size) +
-           ", pipeline " + std::to_string(shape.pp_size) + ")";
+std::string CudaUnsupported(const Flags& flags, const BatchShape& shape,
+                            const RunOptions& options) {
+  const std::string layout = "(this layout: data " + std::to_string(shape.dp_size) + ", tensor " +
+                             std::to_string(shape.tp_size) + ", pipeline " +
+                             std::to_string(shape.pp_size) + ")";
+  if (shape.tp_size > 1 || shape.pp_size > 1) {
+    return "training on the GPU holds the whole model on each rank; tensor and pipeline "
+           "parallelism on the GPU are not supported yet " +
+           layout;
+  }
+  if (shape.dp_size > 1 && !options.cuda_data_parallel) {
+    return "data parallelism on the GPU needs NCCL, and this loom-train was built without it " +
+           layout;
+  }
+  if (shape.dp_size > 1 && shape.zero1) {
+    return "ZeRO-1 (zero1=1) is not supported on the GPU path yet; drop it from LOOM_LAYOUT";
   }
   if (!flags.init_from_llmc.empty() || !flags.export_llmc.empty()) {
     return "llm.c model files (--init-from-llmc, --export-llmc) are not supported on the GPU "
@@ -178,21 +207,21 @@ DevicePlan PlanDevice(const Flags& flags, const RankEnv& env, const BatchShape& 
                      "this loom-train was built without the CUDA backend "
                      "(LOOM_CUDA=OFF or no nvcc); use --device cpu or a CUDA build");
     }
-    const std::string problem = CudaUnsupported(flags, shape);
+    const std::string problem = CudaUnsupported(flags, shape, options);
     if (!problem.empty()) throw BadInput("--device", problem);
     plan.cuda = true;
-    plan.index = CudaIndexOf(flags.device);
+    plan.index = CudaIndexOf(flags.device, env, shape);
     return plan;
   }
   if (env.device.rfind("cuda:", 0) == 0 && options.cuda_trainer) {
-    std::string problem = CudaUnsupported(flags, shape);
+    std::string problem = CudaUnsupported(flags, shape, options);
     const int count = options.cuda_device_count ? options.cuda_device_count() : 0;
-    if (problem.empty() && CudaIndexOf(env.device) >= count) {
+    if (problem.empty() && CudaIndexOf(env.device, env, shape) >= count) {
       problem = "this machine has " + std::to_string(count) + " CUDA device(s)";
     }
     if (problem.empty()) {
       plan.cuda = true;
-      plan.index = CudaIndexOf(env.device);
+      plan.index = CudaIndexOf(env.device, env, shape);
     } else {
       std::fprintf(stderr, "loom-train: note: training in fp32 on the CPU (LOOM_DEVICE=%s): %s\n",
                    env.device.c_str(), problem.c_str());
@@ -214,12 +243,48 @@ void ReportResume(const std::string& dir, const CheckpointMeta& meta, const JobC
   }
 }
 
-// The training loop on one CUDA device: the CPU loop's progress, evaluation and checkpoints
-// (one rank: no agreement on the resume point needed).
+int TrainOnCuda(const JobConfig& config, const BatchShape& shape, const RankEnv& env,
+                const Flags& flags, int device, const std::string& checkpoint_dir,
+                const DeviceTrainerOptions& trainer_options, DeviceTrainer* trainer);
+
+// The training loop on a CUDA device: the CPU loop's progress, evaluation and checkpoints. Under
+// data parallelism (dp > 1, tp = pp = 1) the trainer meets its peers over NCCL through the same
+// rendezvous as the CPU's communicators, and the ranks agree on the resume point first.
 int RunOnCuda(const JobConfig& config, const BatchShape& shape, const Dataset& data,
               const RankEnv& env, const Flags& flags, const RunOptions& options, int device,
-              const std::string& checkpoint_dir) {
-  std::unique_ptr<DeviceTrainer> trainer = options.cuda_trainer(config, shape, data, device);
+              const std::string& checkpoint_dir,
+              const std::function<const char*(const char*)>& getenv) {
+  DeviceTrainerOptions trainer_options;
+  // Only data parallelism meets other ranks (one rank ignores LOOM_COMM_* as on the CPU).
+  if (shape.dp_size > 1) trainer_options.rendezvous = RendezvousFrom(flags, env, getenv, options);
+  trainer_options.bucket_bytes =
+      std::max<size_t>(sizeof(float), static_cast<size_t>(flags.dp_bucket_mb * 1048576.0));
+  trainer_options.dp_overlap = flags.dp_overlap;
+  std::unique_ptr<DeviceTrainer> trainer =
+      options.cuda_trainer(config, shape, data, device, trainer_options);
+  try {
+    return TrainOnCuda(config, shape, env, flags, device, checkpoint_dir, trainer_options,
+                       trainer.get());
+  } catch (const CommError&) {
+    // Work queued behind a failed collective may never finish on the device, and destroying
+    // the trainer synchronises its stream: leave the device to the process exit (the caller
+    // exits on CommError), so that the rank ends instead of hanging.
+    (void)trainer.release();
+    throw;
+  }
+}
+
+// RunOnCuda's loop, with the trainer built.
+int TrainOnCuda(const JobConfig& config, const BatchShape& shape, const RankEnv& env,
+                const Flags& flags, int device, const std::string& checkpoint_dir,
+                const DeviceTrainerOptions& trainer_options, DeviceTrainer* trainer) {
+  if (env.world_size > 1) {
+    std::fprintf(stderr,
+                 "loom-train: rank %d of %d connected through %s; data parallel %d on cuda:%d "
+                 "(NCCL)\n",
+                 env.rank, env.world_size, DescribeRendezvous(trainer_options.rendezvous).c_str(),
+                 shape.dp_size, device);
+  }
   if (config.precision != "bf16") {
     std::fprintf(stderr,
                  "loom-train: note: the GPU path trains in bf16 mixed precision (fp32 master "
@@ -227,9 +292,15 @@ int RunOnCuda(const JobConfig& config, const BatchShape& shape, const Dataset& d
                  config.precision.c_str());
   }
   if (!checkpoint_dir.empty()) {
-    if (std::optional<std::string> resume = FindLatestCheckpoint(checkpoint_dir)) {
-      ReportResume(*resume, trainer->Resume(*resume), config);
+    std::optional<std::string> resume = FindLatestCheckpoint(checkpoint_dir);
+    if (shape.dp_size > 1) {
+      const int64_t mine = resume ? ReadCheckpointMeta(*resume).step : -1;
+      std::vector<float> all;
+      // Steps compared as floats, as on the CPU (exact below 2^24).
+      for (int64_t s : trainer->GatherResumeSteps(mine)) all.push_back(static_cast<float>(s));
+      CheckSameResume(all);
     }
+    if (resume) ReportResume(*resume, trainer->Resume(*resume), config);
   }
   std::fprintf(stderr,
                "loom-train: %s %s (%zu parameters), %lld steps of %d x %d x %d tokens, lr %g, on "
@@ -248,7 +319,9 @@ int RunOnCuda(const JobConfig& config, const BatchShape& shape, const Dataset& d
     }
     const bool periodic = config.checkpoint_every > 0 && r.step % config.checkpoint_every == 0;
     if (!checkpoint_dir.empty() && (periodic || last)) {
-      progress.Checkpoint(r.step, trainer->Save(checkpoint_dir, env.generation));
+      // Every rank takes part (dp rank 0 writes, then all meet); dp rank 0 announces it.
+      const std::string saved = trainer->Save(checkpoint_dir, env.generation);
+      if (shape.dp_rank == 0) progress.Checkpoint(r.step, saved);
     }
   }
   return kExitOk;
@@ -283,7 +356,8 @@ int Run(const std::vector<std::string>& args, const std::function<const char*(co
   Dataset data = Dataset::Load(config.data_path, config.data_builtin, config.val_path,
                                config.model.vocab, config.seq_len);
   if (device.cuda) {
-    return RunOnCuda(config, shape, data, env, flags, options, device.index, checkpoint_dir);
+    return RunOnCuda(config, shape, data, env, flags, options, device.index, checkpoint_dir,
+                     getenv);
   }
   const bool sharded = shape.tp_size > 1 || shape.pp_size > 1;
   if (sharded && (!flags.init_from_llmc.empty() || !flags.export_llmc.empty())) {

@@ -23,6 +23,9 @@ struct RunOptions {
   // The number of CUDA devices (with cuda_trainer): LOOM_DEVICE=cuda:N names a device that
   // does not exist here -> the CPU, with a note, as in a build without CUDA.
   std::function<int()> cuda_device_count;
+  // True where cuda_trainer can run data parallelism (dp > 1, tp = pp = 1) over NCCL: a build
+  // with NCCL (LOOM_HAVE_NCCL). Otherwise --device cuda refuses dp > 1 (exit 2).
+  bool cuda_data_parallel = false;
 };
 
 // Runs loom-train with `args` (argv without the program name) and the environment read through

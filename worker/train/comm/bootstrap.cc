@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "worker/train/comm/file_store.h"
 #include "worker/train/error.h"
 #ifdef LOOM_HAVE_GLOO
 #include "worker/train/comm/gloo_communicator.h"
@@ -36,8 +37,8 @@ std::string DescribeRendezvous(const RendezvousConfig& c) {
 
 namespace {
 
-// The checks of a multi-rank rendezvous shared by ConnectWorld and ConnectGroups.
-void CheckRendezvous(const RendezvousConfig& c) {
+// The checks of a store for a multi-rank rendezvous, whatever communicator then connects.
+void CheckStore(const RendezvousConfig& c) {
   if (c.store_dir.empty() && c.service.empty()) {
     throw BadInput("LOOM_WORLD_SIZE", std::to_string(c.world_size) +
                                           " ranks need a rendezvous: set --rendezvous-dir or "
@@ -54,6 +55,11 @@ void CheckRendezvous(const RendezvousConfig& c) {
     throw BadInput("LOOM_JOB", "rendezvous through loomd (LOOM_RENDEZVOUS=" + c.service +
                                    ") needs the job name; set LOOM_JOB=jobs/{job}");
   }
+}
+
+// The checks of a multi-rank rendezvous shared by ConnectWorld and ConnectGroups (Gloo).
+void CheckRendezvous(const RendezvousConfig& c) {
+  CheckStore(c);
 #ifndef LOOM_HAVE_GLOO
   throw BadInput("LOOM_WORLD_SIZE", std::to_string(c.world_size) +
                                         " ranks need a communicator, and this loom-train was "
@@ -134,6 +140,17 @@ ProcessGroups ConnectGroups(const RendezvousConfig& c, const BatchShape& shape) 
   }
 #endif
   return g;
+}
+
+std::unique_ptr<KeyValueStore> OpenRendezvousStore(const RendezvousConfig& c) {
+  CheckStore(c);
+  if (c.store_dir.empty()) return c.service_store(c.service, c.job, c.generation, c.timeout);
+  const std::string dir = StoreDirFor(c.store_dir, c.job, c.generation);
+  // Created here, so that a directory the rank cannot write is a clear exit 2 (as for Gloo).
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw BadInput(c.store_dir, "cannot create the rendezvous directory: " + ec.message());
+  return std::make_unique<FileKeyValueStore>(dir);
 }
 
 void PrefixedStore::Set(const std::string& key, const std::string& value) {

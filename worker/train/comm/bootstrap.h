@@ -64,6 +64,15 @@ std::unique_ptr<Communicator> ConnectWorld(const RendezvousConfig& config);
 // separates restarts. Groups of one rank need no rendezvous. Throws as ConnectWorld.
 ProcessGroups ConnectGroups(const RendezvousConfig& config, const BatchShape& shape);
 
+// The store of (job, generation) that the ranks of `config` meet in, for communicators that
+// bootstrap through a KeyValueStore alone and need no Gloo (NCCL's unique id,
+// comm/nccl_communicator.h): the file store in StoreDirFor(store_dir, job, generation), created
+// if needed, or else loomd's (service_store), as ConnectWorld chooses. Throws InputError (exit
+// 2) as ConnectWorld when no way to meet is configured or built in (no store directory and no
+// LOOM_RENDEZVOUS; LOOM_RENDEZVOUS without gRPC or without LOOM_JOB; a store directory that
+// cannot be created). Does not block: an unreachable loomd shows at the first call (CommError).
+std::unique_ptr<KeyValueStore> OpenRendezvousStore(const RendezvousConfig& config);
+
 // A store whose keys are `prefix` + key in `base` (not owned; outlives this).
 class PrefixedStore : public KeyValueStore {
  public:

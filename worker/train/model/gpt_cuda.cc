@@ -279,7 +279,7 @@ void GptCuda::ZeroGrad() {
   LOOM_CUDA_CHECK(cudaMemsetAsync(grads_, 0, num_dev_params_ * sizeof(bf16), stream_));
 }
 
-void GptCuda::Backward(float loss_scale) {
+void GptCuda::Backward(float loss_scale, const GradReadyFn& ready) {
   LOOM_CHECK(B_ > 0, "call Reserve and Forward before Backward");
   const int B = B_, T = T_, C = dims_.channels, V = dims_.vocab, L = dims_.layers;
   const int N = B * T;
@@ -309,9 +309,16 @@ void GptCuda::Backward(float loss_scale) {
   zero(s_.dresidual, NC);
   kc::layernorm_backward(s_.dresidual, g.lnfw, g.lnfb, s_.ln_scratch, s_.dln, BlockInput(L), w.lnfw,
                          a_.lnf_mean, a_.lnf_rstd, N, C, stream_);
+  // The stages as the CPU model's GradReadyFn: reported once their kernels are enqueued, so
+  // work the callback enqueues on this stream runs after them.
+  if (ready) ready(L);
   // Down the blocks; dresidual carries d(residual stream) from block to block.
-  for (int l = L - 1; l >= 0; --l) BlockBackward(l, w, g);
+  for (int l = L - 1; l >= 0; --l) {
+    BlockBackward(l, w, g);
+    if (ready) ready(l);
+  }
   kc::encoder_backward(g.wte, g.wpe, s_.dresidual, a_.tokens, B, T, C, stream_);
+  if (ready) ready(-1);
 }
 
 // On entry s_.dresidual holds d(residual3 of block l); on exit d(block input). A residual add

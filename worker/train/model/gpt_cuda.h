@@ -23,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -73,9 +74,16 @@ class GptCuda {
   // Sets every gradient to zero (enqueued); call once per optimizer step.
   void ZeroGrad();
 
+  // Called by Backward on the host as soon as the kernels of a stage are enqueued, with the CPU
+  // model's meaning (GPT::GradReadyFn, model/gpt.h): stage L (layers) once lnfw/lnfb are final,
+  // then l after block l, then -1 after the embeddings (wte is final only then: the tied head
+  // writes it first). Work the callback enqueues on stream() runs after that stage's kernels.
+  using GradReadyFn = std::function<void(int stage)>;
+
   // Adds the gradient of loss_scale * (mean loss of the last Forward) to the gradients.
-  // Enqueued. loss_scale = 1/K averages K accumulated micro-batches.
-  void Backward(float loss_scale);
+  // Enqueued. loss_scale = 1/K averages K accumulated micro-batches (1/(K * dp) under data
+  // parallelism, so that the group's sum is the mean). `ready`, when set, hears each stage.
+  void Backward(float loss_scale, const GradReadyFn& ready = nullptr);
 
   // The global L2 norm of the gradients (one sum of squares over the whole buffer, fp32 on the
   // device; synchronises the stream).
@@ -111,6 +119,11 @@ class GptCuda {
   int padded_vocab() const { return Vp_; }
   cudaStream_t stream() const { return stream_; }
   AllocatorStats memory_stats() const { return allocator_->GetStats(); }
+  // The gradients (num_dev_params, bf16) in the padded layout, and the allocator every device
+  // buffer of the model comes from: for the data-parallel gradient buckets (cuda_grad_sync.h).
+  bf16* grads() { return grads_; }
+  size_t num_dev_params() const { return num_dev_params_; }
+  CachingAllocator* allocator() { return allocator_.get(); }
   // Device bytes outside the allocator (the GEMM context's workspace).
   size_t fixed_bytes() const { return gemm_->workspace_bytes(); }
 

@@ -2,18 +2,19 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
+#include <utility>
 
 #include "worker/train/error.h"
 
 namespace loom::train {
 
-GradBuckets::GradBuckets(const std::vector<TensorInfo>& table, int layers, size_t bucket_bytes,
-                         Communicator* comm)
-    : comm_(comm) {
-  LOOM_CHECK(comm != nullptr, "GradBuckets needs a communicator");
-  LOOM_CHECK(bucket_bytes >= sizeof(float), "bucket size below one float");
+std::vector<GradBucketPlan> PlanGradBuckets(const std::vector<TensorInfo>& table, int layers,
+                                            size_t bucket_bytes, size_t bytes_per_element) {
+  LOOM_CHECK(bytes_per_element > 0, "gradient elements of zero bytes");
+  LOOM_CHECK(bucket_bytes >= bytes_per_element, "bucket size below one element");
   // The pieces, by stage: lnf (stage L), each block's slices (stage l), embeddings (stage -1).
-  std::vector<Piece> pieces;
+  std::vector<GradPiece> pieces;
   auto tensor = [&](const char* name) -> const TensorInfo& {
     for (const TensorInfo& t : table) {
       if (t.name == name) return t;
@@ -55,25 +56,67 @@ GradBuckets::GradBuckets(const std::vector<TensorInfo>& table, int layers, size_
     }
   }
 
-  const size_t cap = bucket_bytes / sizeof(float);
-  size_t in_bucket = 0;
-  for (const Piece& p : pieces) {
-    if (buckets_.empty() || (in_bucket > 0 && in_bucket + p.numel > cap)) {
-      buckets_.emplace_back();
-      in_bucket = 0;
+  std::vector<GradBucketPlan> buckets;
+  const size_t cap = bucket_bytes / bytes_per_element;
+  size_t total = 0;
+  for (const GradPiece& p : pieces) {
+    if (buckets.empty() || (buckets.back().numel > 0 && buckets.back().numel + p.numel > cap)) {
+      buckets.emplace_back();
     }
-    Bucket& b = buckets_.back();
+    GradBucketPlan& b = buckets.back();
     b.pieces.push_back(p);
     b.last_stage = p.stage;  // stages only go down along `pieces`
-    in_bucket += p.numel;
-    total_floats_ += p.numel;
+    b.numel += p.numel;
+    total += p.numel;
   }
-  for (Bucket& b : buckets_) {
-    size_t n = 0;
-    for (const Piece& p : b.pieces) n += p.numel;
-    b.buffer.assign(n, 0.0f);
+  LOOM_CHECK(total == ParamCount(table), "buckets do not cover the gradients once");
+  return buckets;
+}
+
+std::vector<GradBucketPlan> ToPaddedLayout(const std::vector<GradBucketPlan>& buckets,
+                                           const std::vector<TensorInfo>& table,
+                                           const PaddedLayout& layout) {
+  LOOM_CHECK(layout.offset.size() == table.size() && layout.numel.size() == table.size(),
+             "the padded layout is not the table's");
+  std::vector<GradBucketPlan> out = buckets;
+  size_t total = 0;
+  for (GradBucketPlan& b : out) {
+    b.numel = 0;
+    for (GradPiece& p : b.pieces) {
+      // The tensor holding the piece (the table's tensors are disjoint and sorted by offset).
+      size_t i = 0;
+      while (i < table.size() && !(table[i].numel > 0 && p.offset >= table[i].offset &&
+                                   p.offset + p.numel <= table[i].offset + table[i].numel)) {
+        ++i;
+      }
+      LOOM_CHECK(i < table.size(), "a gradient piece outside every tensor");
+      if (layout.numel[i] != table[i].numel) {
+        // wte: its padding rows follow its V rows, so only the whole tensor maps to one run.
+        LOOM_CHECK(p.offset == table[i].offset && p.numel == table[i].numel,
+                   "a piece of a padded tensor must be the whole tensor");
+        p.numel = layout.numel[i];
+      }
+      p.offset = layout.offset[i] + (p.offset - table[i].offset);
+      b.numel += p.numel;
+    }
+    total += b.numel;
   }
-  LOOM_CHECK(total_floats_ == ParamCount(table), "buckets do not cover the gradients once");
+  LOOM_CHECK(total == layout.total, "padded buckets do not cover the device buffer once");
+  return out;
+}
+
+GradBuckets::GradBuckets(const std::vector<TensorInfo>& table, int layers, size_t bucket_bytes,
+                         Communicator* comm)
+    : comm_(comm) {
+  LOOM_CHECK(comm != nullptr, "GradBuckets needs a communicator");
+  LOOM_CHECK(bucket_bytes >= sizeof(float), "bucket size below one float");
+  for (GradBucketPlan& plan : PlanGradBuckets(table, layers, bucket_bytes, sizeof(float))) {
+    Bucket& b = buckets_.emplace_back();
+    b.pieces = std::move(plan.pieces);
+    b.last_stage = plan.last_stage;
+    b.buffer.assign(plan.numel, 0.0f);
+    total_floats_ += plan.numel;
+  }
 }
 
 void GradBuckets::Begin(float* grads) {
@@ -88,7 +131,7 @@ void GradBuckets::Begin(float* grads) {
 
 void GradBuckets::Launch(Bucket& b) {
   float* dst = b.buffer.data();
-  for (const Piece& p : b.pieces) {
+  for (const GradPiece& p : b.pieces) {
     std::copy_n(grads_ + p.offset, p.numel, dst);
     dst += p.numel;
   }
@@ -130,7 +173,7 @@ double GradBuckets::Finish() {
     if (b.done > began) comm_seconds_ += std::chrono::duration<double>(b.done - began).count();
     previous_done = b.done;
     const float* src = b.buffer.data();
-    for (const Piece& p : b.pieces) {
+    for (const GradPiece& p : b.pieces) {
       float* g = grads_ + p.offset;
       for (size_t i = 0; i < p.numel; ++i) g[i] = src[i] * scale;
       src += p.numel;

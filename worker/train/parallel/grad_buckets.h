@@ -2,8 +2,9 @@
 // into pieces (one tensor, or one layer's slice of a stacked (L, ...) tensor), the pieces are
 // ordered the way backward finishes them (final layernorm, blocks L-1 down to 0, embeddings)
 // and packed greedily into buckets of at most `bucket_bytes` (a larger piece gets a bucket of
-// its own). When backward reports a stage final, every bucket whose pieces are all final is
-// packed into its own buffer and its all-reduce (sum) is queued on the communicator's thread,
+// its own): PlanGradBuckets, the pure part, which the GPU's buckets (cuda_grad_sync.h) share.
+// When backward reports a stage final, every bucket whose pieces are all final is packed into
+// its own buffer and its all-reduce (sum) is queued on the communicator's thread,
 // while backward continues. Finish waits for all of them and writes the mean back.
 //
 // Cost: one extra gradient-sized buffer (the buckets), and one pack and unpack copy per step.
@@ -17,11 +18,47 @@
 #include <vector>
 
 #include "worker/train/comm/communicator.h"
+#include "worker/train/model/padded_layout.h"
 #include "worker/train/model/params.h"
 
 namespace loom::train {
 
 inline constexpr size_t kDefaultBucketBytes = size_t{25} << 20;  // 25 MiB
+
+// A contiguous run of the gradient buffer that becomes final at once: a whole tensor, or one
+// layer's slice of a stacked (L, ...) tensor.
+struct GradPiece {
+  size_t offset = 0;  // in elements, from the start of the gradient buffer
+  size_t numel = 0;
+  int stage = 0;  // final after this backward stage (L .. 0, then -1: GradReadyFn's numbering)
+};
+
+// Pieces that are reduced together, in one buffer, by one collective.
+struct GradBucketPlan {
+  std::vector<GradPiece> pieces;  // in backward order
+  int last_stage = 0;             // the bucket is final once this stage is (its last piece's)
+  size_t numel = 0;               // sum of the pieces' numel
+};
+
+// The pure part of the bucketing, shared by the CPU (GradBuckets, fp32) and the GPU
+// (cuda_grad_sync.h, bf16): cuts `table` into pieces, ordered as backward finishes them (lnfb,
+// lnfw and a last stage's own copy of wte at stage L; then for blocks L-1 down to 0 their slices
+// in the order the block's backward writes them; then wpe and wte at stage -1), and packs them
+// greedily into buckets of at most `bucket_bytes` / `bytes_per_element` elements (a larger piece
+// gets a bucket of its own). Buckets come in launch order, their last_stage non-increasing.
+// `layers` is L of the whole model; `table` may be a pipeline stage's ShardTable (see
+// GradBuckets). The pieces cover every element of the table exactly once (LOOM_CHECKed).
+std::vector<GradBucketPlan> PlanGradBuckets(const std::vector<TensorInfo>& table, int layers,
+                                            size_t bucket_bytes, size_t bytes_per_element);
+
+// The same buckets over a buffer laid out by `layout` (the GPU model's padded vocabulary,
+// model/padded_layout.h) instead of the table: every piece moves by its tensor's shift, and the
+// wte piece (whole wte, required) grows to include its padding rows, whose gradient is zero, so
+// reducing them changes nothing. A bucket holding wte may then exceed the plan's bucket size by
+// the padding, (Vp - V) * C elements. `table` is the whole model's (the layout's).
+std::vector<GradBucketPlan> ToPaddedLayout(const std::vector<GradBucketPlan>& buckets,
+                                           const std::vector<TensorInfo>& table,
+                                           const PaddedLayout& layout);
 
 class GradBuckets {
  public:
@@ -53,16 +90,11 @@ class GradBuckets {
   size_t bytes_per_step() const { return total_floats_ * sizeof(float); }
 
  private:
-  struct Piece {
-    size_t offset = 0;  // in floats, in the gradient buffer
-    size_t numel = 0;
-    int stage = 0;  // final after this backward stage (L .. 0, then -1)
-  };
   struct Bucket {
-    std::vector<Piece> pieces;  // in backward order
-    int last_stage = 0;         // the bucket is final once this stage is
-    std::vector<float> buffer;  // (sum of the pieces' numel), packed
-    WorkHandle work;            // set once launched
+    std::vector<GradPiece> pieces;  // in backward order (offsets in floats)
+    int last_stage = 0;             // the bucket is final once this stage is
+    std::vector<float> buffer;      // (sum of the pieces' numel), packed
+    WorkHandle work;                // set once launched
     std::chrono::steady_clock::time_point launched{}, done{};  // done: zero until seen
   };
   void Launch(Bucket& b);
