@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/planner/cpu_backend_memory.h"
+#include "server/planner/cuda_backend_memory.h"
 #include "server/planner/stage_partitioner.h"
 
 namespace loom::planner {
@@ -87,20 +88,23 @@ Evaluation EvaluateLayout(const ModelShape& m, Precision precision, const Device
   Evaluation ev;
   ev.layout = l;
 
-  if (d.model == "cpu") {
-    // CPU devices run the CPU backend, whose own buffer layout is exact (cpu_backend_memory.h).
-    // Layouts it refuses (tp or pp > 1, recompute, ZeRO-1, bf16) keep the GPU formula below.
-    absl::StatusOr<MemoryBreakdown> cpu = CpuBackendMemory(m, precision, l);
-    if (cpu.ok()) {
-      ev.blocks_per_stage = {m.layers};  // one stage: the CPU backend has no pipeline
-      ev.stage_memory = {*cpu};
-      ev.peak_stage = 0;
-      ev.peak_memory = *cpu;
-      ev.headroom_bytes = d.memory_bytes - cpu->total();
-      ev.fits = ev.headroom_bytes >= 0;
-      FillTime(m, precision, d, ev);
-      return ev;
-    }
+  // The layouts Loom's own backends run get those backends' exact buffer layouts: CPU devices
+  // the CPU backend's (cpu_backend_memory.h), GPUs GptCuda's (cuda_backend_memory.h), which
+  // is what the worker reports as its peak (the published formula overestimates it ~1.8x, as
+  // it counts a Megatron block's dropout masks, pre-softmax scores and a 10% margin). Layouts
+  // they refuse (tp or pp > 1, recompute, ZeRO-1, the other precision) are Megatron-style
+  // layouts Loom does not run yet: they keep the published formula below.
+  absl::StatusOr<MemoryBreakdown> backend =
+      d.model == "cpu" ? CpuBackendMemory(m, precision, l) : CudaBackendMemory(m, precision, l);
+  if (backend.ok()) {
+    ev.blocks_per_stage = {m.layers};  // one stage: neither backend has a pipeline
+    ev.stage_memory = {*backend};
+    ev.peak_stage = 0;
+    ev.peak_memory = *backend;
+    ev.headroom_bytes = d.memory_bytes - backend->total();
+    ev.fits = ev.headroom_bytes >= 0;
+    FillTime(m, precision, d, ev);
+    return ev;
   }
 
   // The partition problem: uniform blocks (every GPT block has the same shape), extras on the

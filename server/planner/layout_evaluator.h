@@ -38,7 +38,9 @@ absl::Status ValidateLayout(const ModelShape& m, const DeviceSpec& d, const Layo
 
 // Evaluates a valid layout (ValidateLayout first). Pure and deterministic. On CPU devices
 // (model "cpu") the memory is the CPU backend's exact layout (CpuBackendMemory) whenever the
-// CPU backend runs the layout; otherwise, and on GPUs, the memory model of memory_model.h.
+// CPU backend runs the layout; on GPUs it is Loom's GPU backend's exact layout
+// (CudaBackendMemory) for the layouts that backend runs (bf16, tp = pp = 1, no recompute, no
+// ZeRO-1); otherwise the published formula of memory_model.h.
 Evaluation EvaluateLayout(const ModelShape& m, Precision precision, const DeviceSpec& d,
                           const Layout& l);
 

@@ -25,7 +25,10 @@
 // The CPU backend keeps other buffers than a GPU block (fp32 probabilities of size B·T·V, no
 // dropout masks or pre-softmax scores): cpu_backend_memory.h states its exact layout, which
 // matches its measured peak; this GPU formula is off by -14%..+15% there, so the search
-// (layout_evaluator.h) uses the CPU backend's layout for CPU devices.
+// (layout_evaluator.h) uses the CPU backend's layout for CPU devices. Loom's own GPU backend
+// keeps fewer buffers than a Megatron block too (about 0.55x of this formula for gpt2-124m), so
+// the layouts it runs use its exact layout (cuda_backend_memory.h); this formula stays for the
+// tensor- and pipeline-parallel layouts it does not run yet.
 #pragma once
 
 #include <vector>

@@ -1,0 +1,295 @@
+// The GPU backend's memory (cuda_backend_memory.h): hand-computed components for two shapes,
+// growth with the micro-batch, the data-parallel buckets, and which model the evaluator picks.
+#include "server/planner/cuda_backend_memory.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "server/planner/device_spec.h"
+#include "server/planner/layout.h"
+#include "server/planner/layout_evaluator.h"
+#include "server/planner/memory_model.h"
+#include "server/planner/model_shape.h"
+
+namespace loom::planner {
+namespace {
+
+constexpr double kGemmWorkspace = 32.0 * kMiB;
+
+struct ByComponent {
+  const char* preset;
+  int micro_batch;
+  double weights, gradients, optimizer, activations, embedding_and_logits, workspace;
+  double fragmentation;
+};
+
+// Hand-computed from gpt_cuda.cc (every request rounded up to 512 B; none of these shapes
+// leaves a tail the large pool keeps whole).
+//
+// tiny (L=2, C=64, NH=4, T=64, V=256 = Vp, n = P = 120,576), B=2, N=128:
+//  weights = gradients = 2n = 241,152; optimizer = 3·4n = 1,446,912.
+//  activations: L·(2·N·16·C + 16·N + 2·B·NH·T²) = 2·(262,144 + 2,048 + 65,536) = 659,456; the
+//    four stacked fp32 statistics (L·N·4 = 1,024 B) are already multiples of 512.
+//  embedding_and_logits: encoded, proj, lnf 3·16,384; logits, dlogits 2·65,536; seven fp32 or
+//    int32 vectors of N (512 B each) = 49,152 + 131,072 + 3,584 = 183,808.
+//  workspace: 2·14·N·C = 229,376; layernorm scratch 4·2·2·64 = 1,024; attention scratch
+//    4·16,384 + 2·16,384 = 98,304; norm partials 4,096 and result 512; GEMM 32 MiB:
+//    333,312 + 33,554,432 = 33,887,744.
+//  fragmentation: all of it is in the small pool, 3,105,792 B of blocks in two 2 MiB segments:
+//    4,194,304 − 3,105,792 = 1,088,512.
+//
+// gpt2-124m (L=12, C=768, NH=12, T=1024, V=50,257, Vp=50,304, P=124,439,808,
+// n = P + 47·768 = 124,475,904), B=16, N=16,384:
+//  weights = gradients = 2n = 248,951,808; optimizer = 12n = 1,493,710,848.
+//  activations: 12·(2·16,384·16·768 + 16·16,384 + 2·16·12·1024²)
+//    = 12·(402,653,184 + 262,144 + 402,653,184) = 9,666,822,144.
+//  embedding_and_logits: 3·2·N·C = 75,497,472; 2·2·N·Vp = 3,296,722,944; 7·4·N = 458,752:
+//    3,372,679,168.
+//  workspace: 2·14·N·C = 352,321,536; layernorm 4·2·256·768 = 1,572,864; attention
+//    12·1024²·6 = 75,497,472; 4,096 + 512; GEMM 33,554,432: 462,950,912.
+//  fragmentation: the 1.5 MiB layernorm scratch opens a 20 MiB segment (18.5 MiB left free);
+//    the small pool holds the norm's 4,096 + 512, four 786,432 B statistics and seven 65,536 B
+//    vectors in two 2 MiB segments, best fit leaving 60,928 + 524,288 free:
+//    19,398,656 + 585,216 = 19,983,872.
+const ByComponent kByComponent[] = {
+    {"tiny", 2, 241'152, 241'152, 1'446'912, 659'456, 183'808, 33'887'744, 1'088'512},
+    {"gpt2-124m", 16, 248'951'808, 248'951'808, 1'493'710'848, 9'666'822'144, 3'372'679'168,
+     462'950'912, 19'983'872},
+};
+
+TEST(CudaBackendMemoryTest, HandComputedComponents) {
+  for (const ByComponent& c : kByComponent) {
+    SCOPED_TRACE(std::string(c.preset) + " b=" + std::to_string(c.micro_batch));
+    Layout l;
+    l.micro_batch = c.micro_batch;
+    l.num_micro_batches = 3;  // accumulation reuses the buffers: no effect
+    const absl::StatusOr<MemoryBreakdown> r =
+        CudaBackendMemory(*ResolvePreset(c.preset), Precision::kBf16, l);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_DOUBLE_EQ(r->weights, c.weights);
+    EXPECT_DOUBLE_EQ(r->gradients, c.gradients);
+    EXPECT_DOUBLE_EQ(r->optimizer, c.optimizer);
+    EXPECT_DOUBLE_EQ(r->activations, c.activations);
+    EXPECT_DOUBLE_EQ(r->embedding_and_logits, c.embedding_and_logits);
+    EXPECT_DOUBLE_EQ(r->workspace, c.workspace);
+    EXPECT_DOUBLE_EQ(r->comm_buffers, 0);
+    EXPECT_DOUBLE_EQ(r->fragmentation, c.fragmentation);
+    EXPECT_DOUBLE_EQ(r->runtime_reserve, kGiB);
+    EXPECT_DOUBLE_EQ(r->allocated(), c.weights + c.gradients + c.optimizer + c.activations +
+                                         c.embedding_and_logits + c.workspace);
+  }
+}
+
+// The figure: gpt2-124m at b = 16 on one GPU is about 14.4 GiB allocated, not the
+// published formula's 27.3 GiB.
+TEST(CudaBackendMemoryTest, Gpt2SmallIsHalfThePublishedFormula) {
+  Layout l;
+  l.micro_batch = 16;
+  const ModelShape m = *ResolvePreset("gpt2-124m");
+  const MemoryBreakdown cuda = *CudaBackendMemory(m, Precision::kBf16, l);
+  EXPECT_DOUBLE_EQ(cuda.allocated(), 15'494'066'688);  // 14.43 GiB
+  const MemoryBreakdown formula =
+      StageMemory(m, Precision::kBf16, l, *DefaultDevice("H200", 1, 1), 0, m.layers);
+  EXPECT_GT(formula.total() / cuda.total(), 1.7);
+}
+
+TEST(CudaBackendMemoryTest, GrowsWithTheMicroBatch) {
+  const ModelShape m = *ResolvePreset("gpt2-124m");
+  auto at = [&](int b) {
+    Layout l;
+    l.micro_batch = b;
+    return *CudaBackendMemory(m, Precision::kBf16, l);
+  };
+  const MemoryBreakdown two = at(2);
+  double previous = 0;
+  for (int b : {1, 2, 3, 4, 8, 16, 32, 64}) {
+    SCOPED_TRACE(b);
+    const MemoryBreakdown r = at(b);
+    EXPECT_GT(r.allocated(), previous);
+    EXPECT_GT(r.total(), r.allocated());
+    previous = r.allocated();
+    EXPECT_DOUBLE_EQ(r.weights + r.gradients + r.optimizer,
+                     two.weights + two.gradients + two.optimizer);
+    // T = 1024 makes every activation request a multiple of 512 B, and from b = 2 on no block
+    // is handed out whole: exactly linear in b.
+    if (b >= 2) {
+      EXPECT_DOUBLE_EQ(r.activations, b / 2.0 * two.activations);
+    }
+  }
+  // At b = 1 the 18 MiB ln1 takes the 18.5 MiB left in the 20 MiB segment that the 1.5 MiB
+  // `encoded` opened, and the 0.5 MiB rest is not split off: the allocator counts it.
+  EXPECT_DOUBLE_EQ(at(1).activations, two.activations / 2 + 512 * 1024);
+}
+
+// dp > 1 adds one bf16 copy of the (padded) gradients in buckets of at most 25 MiB, the loss's
+// fp32 sum and the resume-step gather; nothing else changes.
+TEST(CudaBackendMemoryTest, DataParallelAddsTheGradientBuckets) {
+  for (const char* preset : {"tiny", "gpt2-124m"}) {
+    SCOPED_TRACE(preset);
+    const ModelShape m = *ResolvePreset(preset);
+    Layout one;
+    one.micro_batch = 4;
+    Layout four = one;
+    four.dp = 4;
+    const MemoryBreakdown a = *CudaBackendMemory(m, Precision::kBf16, one);
+    const MemoryBreakdown b = *CudaBackendMemory(m, Precision::kBf16, four);
+    EXPECT_DOUBLE_EQ(a.comm_buffers, 0);
+    EXPECT_DOUBLE_EQ(b.weights, a.weights);
+    EXPECT_DOUBLE_EQ(b.activations, a.activations);
+    EXPECT_DOUBLE_EQ(b.embedding_and_logits, a.embedding_and_logits);
+    EXPECT_DOUBLE_EQ(b.workspace, a.workspace);
+    int buckets = 0;
+    double bucket_bytes = 0;
+    for (const CudaBufferRequest& q : CudaBackendRequests(m, four)) {
+      if (q.name.rfind("bucket ", 0) != 0) continue;
+      ++buckets;
+      bucket_bytes += double(q.bytes);
+      EXPECT_EQ(q.component, &MemoryBreakdown::comm_buffers);
+    }
+    EXPECT_DOUBLE_EQ(bucket_bytes, b.weights);  // one bf16 gradient copy, padding included
+    // Each bucket rounded to 512 B; the loss sum and the two resume buffers 512 B each.
+    EXPECT_GE(b.comm_buffers, bucket_bytes + 3 * 512);
+    EXPECT_LE(b.comm_buffers, bucket_bytes + 512.0 * buckets + 3 * 512);
+  }
+  // gpt2-124m: 124,475,904 bf16 gradients packed at whole pieces into buckets of at most
+  // 13,107,200 elements (25 MiB): 7 of about 12M, 2,557,440 (block 0's end and wpe), then wte
+  // with its padding alone, 38,633,472.
+  Layout l;
+  l.dp = 2;
+  int buckets = 0;
+  for (const CudaBufferRequest& q : CudaBackendRequests(*ResolvePreset("gpt2-124m"), l)) {
+    buckets += q.name.rfind("bucket ", 0) == 0;
+  }
+  EXPECT_EQ(buckets, 9);
+}
+
+TEST(CudaBackendMemoryTest, RefusesWhatTheGpuBackendDoesNotRun) {
+  const ModelShape m = *ResolvePreset("tiny");
+  struct Refused {
+    const char* what;
+    Precision precision;
+    Layout layout;
+  };
+  std::vector<Refused> cases;
+  cases.push_back({"fp32", Precision::kFp32, Layout{}});
+  Layout tp;
+  tp.tp = 2;
+  cases.push_back({"tensor", Precision::kBf16, tp});
+  Layout pp;
+  pp.pp = 2;
+  cases.push_back({"pipeline", Precision::kBf16, pp});
+  Layout recompute;
+  recompute.recompute = Recompute::kSelective;
+  cases.push_back({"recompute", Precision::kBf16, recompute});
+  Layout zero1;
+  zero1.dp = 2;
+  zero1.zero1 = true;
+  cases.push_back({"zero1", Precision::kBf16, zero1});
+  for (const Refused& c : cases) {
+    SCOPED_TRACE(c.what);
+    EXPECT_EQ(CudaBackendMemory(m, c.precision, c.layout).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+}
+
+// The allocator simulation's rules on small cases (the replay test checks it against the real
+// allocator at scale).
+TEST(SimulateCachingAllocatorTest, RoundsPoolsAndSplits) {
+  struct Case {
+    const char* what;
+    std::vector<int64_t> requests;
+    std::vector<int64_t> blocks;
+    int64_t reserved;
+  };
+  const int64_t MiB = int64_t{1} << 20;
+  const Case cases[] = {
+      {"rounded to 512", {1, 512, 513}, {512, 512, 1024}, 2 * MiB},
+      {"small pool best fit", {MiB, MiB, 512 * 1024}, {MiB, MiB, 512 * 1024}, 4 * MiB},
+      {"large request, own segment", {30 * MiB}, {30 * MiB}, 30 * MiB},
+      {"tail of 1 MiB is not split off", {19 * MiB}, {20 * MiB}, 20 * MiB},
+      {"tail above 1 MiB is", {18 * MiB, 2 * MiB - 512}, {18 * MiB, 2 * MiB}, 20 * MiB},
+      {"small and large never share", {2 * MiB, 512}, {2 * MiB, 512}, 22 * MiB},
+      {"zero bytes take nothing", {0}, {0}, 0},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const CachingAllocatorState s = SimulateCachingAllocator(c.requests);
+    EXPECT_EQ(s.block_bytes, c.blocks);
+    EXPECT_EQ(s.reserved, c.reserved);
+    int64_t sum = 0;
+    for (int64_t b : c.blocks) sum += b;
+    EXPECT_EQ(s.allocated, sum);
+  }
+}
+
+// The evaluator uses GptCuda's layout for what the GPU backend runs and the published formula
+// for the Megatron-style layouts it does not run yet.
+TEST(CudaBackendMemoryTest, EvaluatorPicksTheBackendModelForDataParallelBf16) {
+  const ModelShape m = *ResolvePreset("gpt2-124m");
+  const DeviceSpec d = *DefaultDevice("H200", 2, 2);
+  struct Case {
+    const char* what;
+    Precision precision;
+    Layout layout;
+    bool backend;  // CudaBackendMemory, else StageMemory
+  };
+  std::vector<Case> cases;
+  Layout dp;
+  dp.dp = 2;
+  dp.micro_batch = 8;
+  dp.num_micro_batches = 2;
+  cases.push_back({"dp=2 bf16", Precision::kBf16, dp, true});
+  cases.push_back({"dp=2 fp32", Precision::kFp32, dp, false});
+  Layout tp;
+  tp.tp = 2;
+  tp.micro_batch = 8;
+  cases.push_back({"tp=2", Precision::kBf16, tp, false});
+  Layout pp;
+  pp.pp = 2;
+  pp.micro_batch = 8;
+  pp.num_micro_batches = 4;
+  cases.push_back({"pp=2", Precision::kBf16, pp, false});
+  Layout recompute = dp;
+  recompute.recompute = Recompute::kFull;
+  cases.push_back({"dp=2 full recompute", Precision::kBf16, recompute, false});
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const Layout& l = c.layout;
+    ASSERT_TRUE(ValidateLayout(m, d, l, int64_t{l.dp} * l.micro_batch * l.num_micro_batches).ok());
+    const Evaluation ev = EvaluateLayout(m, c.precision, d, c.layout);
+    const MemoryBreakdown want = c.backend ? *CudaBackendMemory(m, c.precision, c.layout)
+                                           : StageMemory(m, c.precision, c.layout, d, ev.peak_stage,
+                                                         ev.blocks_per_stage[ev.peak_stage]);
+    EXPECT_DOUBLE_EQ(ev.peak_memory.allocated(), want.allocated());
+    EXPECT_DOUBLE_EQ(ev.peak_memory.fragmentation, want.fragmentation);
+    EXPECT_DOUBLE_EQ(ev.peak_memory.total(), want.total());
+    EXPECT_DOUBLE_EQ(ev.headroom_bytes, d.memory_bytes - want.total());
+    EXPECT_EQ(ev.fits, ev.headroom_bytes >= 0);
+    // The formula keeps its 10% margin; the backend model has the allocator's exact slack.
+    EXPECT_EQ(ev.peak_memory.fragmentation == kFragmentationFraction * want.allocated(),
+              !c.backend);
+  }
+  // A CPU device never gets the GPU backend's model (bf16 is not the CPU backend's either).
+  const DeviceSpec cpu = *DefaultDevice("cpu", 2, 2);
+  const Evaluation ev = EvaluateLayout(m, Precision::kBf16, cpu, dp);
+  EXPECT_NE(ev.peak_memory.allocated(), CudaBackendMemory(m, Precision::kBf16, dp)->allocated());
+}
+
+// Fits exactly when the device holds the backend's total (allocator reserve + runtime), not
+// the formula's.
+TEST(CudaBackendMemoryTest, FitsByTheBackendTotal) {
+  const ModelShape m = *ResolvePreset("gpt2-124m");
+  Layout l;
+  l.micro_batch = 16;
+  const double need = CudaBackendMemory(m, Precision::kBf16, l)->total();
+  DeviceSpec d = *DefaultDevice("H200", 1, 1);
+  d.memory_bytes = need;
+  EXPECT_TRUE(EvaluateLayout(m, Precision::kBf16, d, l).fits);
+  d.memory_bytes = need - 1;
+  EXPECT_FALSE(EvaluateLayout(m, Precision::kBf16, d, l).fits);
+}
+
+}  // namespace
+}  // namespace loom::planner
