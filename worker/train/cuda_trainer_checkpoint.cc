@@ -13,18 +13,8 @@ namespace loom::train {
 
 std::string CudaTrainer::Save(const std::string& root, int64_t generation) {
   NvtxRange range("checkpoint");
-  CheckpointMeta meta;
-  meta.step = step_;
-  meta.seed = config_.seed;
-  meta.generation = generation;
-  meta.B = shape_.B;
-  meta.T = shape_.T;
-  meta.K = shape_.K;
-  meta.dp_size = shape_.dp_size;
-  meta.tp_size = meta.pp_size = 1;
-  meta.blocks_per_stage = {config_.model.layers};
+  CheckpointMeta meta = MetaOf(shape_, model_.dims(), config_.seed, step_, generation);
   meta.zero1 = false;
-  meta.dims = model_.dims();
   meta.optimizer_step = optimizer_step_;
   if (!dp_) {
     const GptCuda::HostState state = model_.StateToHost();

@@ -349,21 +349,8 @@ void Trainer::GatherMoments(std::vector<float>* m, std::vector<float>* v) {
 }
 
 std::string Trainer::Save(const std::string& root, int64_t generation) {
-  CheckpointMeta meta;
-  meta.step = step_;
-  meta.seed = config_.seed;
-  meta.generation = generation;
-  meta.B = shape_.B;
-  meta.T = shape_.T;
-  meta.K = shape_.K;
-  meta.dp_size = shape_.dp_size;
-  meta.tp_size = shape_.tp_size;
-  meta.pp_size = shape_.pp_size;
-  for (int s = 0; s < shape_.pp_size; ++s) {
-    meta.blocks_per_stage.push_back(shape_.stage_bounds[s + 1] - shape_.stage_bounds[s]);
-  }
+  CheckpointMeta meta = MetaOf(shape_, model_.dims(), config_.seed, step_, generation);
   meta.zero1 = zero_ != nullptr;
-  meta.dims = model_.dims();
   meta.optimizer_step = optimizer_.step();
   if (Alone(comms_.world)) return SaveCheckpoint(root, model_, optimizer_, meta);
 

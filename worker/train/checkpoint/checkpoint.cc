@@ -122,6 +122,25 @@ struct ManifestFile {
 
 }  // namespace
 
+CheckpointMeta MetaOf(const BatchShape& shape, const ModelDims& dims, uint64_t seed,
+                      int64_t step, int64_t generation) {
+  CheckpointMeta meta;
+  meta.step = step;
+  meta.seed = seed;
+  meta.generation = generation;
+  meta.B = shape.B;
+  meta.T = shape.T;
+  meta.K = shape.K;
+  meta.dp_size = shape.dp_size;
+  meta.tp_size = shape.tp_size;
+  meta.pp_size = shape.pp_size;
+  for (int s = 0; s < shape.pp_size; ++s) {
+    meta.blocks_per_stage.push_back(shape.stage_bounds[s + 1] - shape.stage_bounds[s]);
+  }
+  meta.dims = dims;
+  return meta;
+}
+
 std::string CheckpointDirName(int64_t step) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "step-%06lld", static_cast<long long>(step));

@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "worker/train/config/rank_env.h"
 #include "worker/train/model/dims.h"
 #include "worker/train/model/params.h"
 
@@ -65,6 +66,11 @@ struct CheckpointMeta {
   std::vector<std::string> shards;
   bool has_optimizer_state = true;  // loading: whether optimizer files exist
 };
+
+// The manifest of a save at `step` of `generation` under `shape`'s layout, for a model of `dims`
+// trained from `seed`: every field but zero1 and optimizer_step (the trainer's to set).
+CheckpointMeta MetaOf(const BatchShape& shape, const ModelDims& dims, uint64_t seed,
+                      int64_t step, int64_t generation);
 
 // "step-000100".
 std::string CheckpointDirName(int64_t step);
