@@ -2,11 +2,15 @@
 // can run on a machine without a GPU (tests/gpu/emu/README.md). Force-included (g++ -include)
 // into every translation unit of the emulated build, before any CUDA header.
 //
-// Model: a launch runs its blocks one after another; each block runs blockDim.x std::threads.
-// __syncthreads is a std::barrier over the block, warp shuffles a barrier over the warp plus a
-// slot per lane. __shared__ becomes `static`, shared by all threads of a block, which is correct
-// because blocks never run concurrently. Threads that return early drop out of the barriers, as
-// exited threads do on a GPU. Only 1-D blocks whose size is a multiple of 32 are supported.
+// Model: a launch runs its blocks one after another; the blockDim.x threads of a block are
+// fibers (ucontext) on the calling thread, each running until it reaches a barrier or returns.
+// __syncthreads is a barrier over the block's fibers, warp shuffles a barrier over the warp's
+// plus a slot per lane. __shared__ becomes `static`, shared by all threads of a block, which is
+// correct because blocks never run concurrently. Threads that return early drop out of the
+// barriers, as exited threads do on a GPU. Fibers run in increasing thread order in even blocks
+// and decreasing order in odd ones, so a read of shared memory that a missing __syncthreads
+// leaves unordered sees the wrong value in one of the two. Only 1-D blocks whose size is a
+// multiple of 32 are supported.
 #ifndef LOOM_TESTS_GPU_EMU_CUDA_EMU_H_
 #define LOOM_TESTS_GPU_EMU_CUDA_EMU_H_
 
@@ -19,36 +23,54 @@
 #include <cuda_runtime_api.h>
 #include <math.h>
 
-#include <atomic>
-#include <barrier>
+#include <array>
 #include <functional>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 namespace loom::emu {
 
-struct Warp {
-  std::unique_ptr<std::barrier<>> barrier;
-  float slot[32];
-};
-
-// The state the threads of one running block share.
+// The state the threads of one running block share besides __shared__ memory.
 struct Block {
-  std::unique_ptr<std::barrier<>> barrier;
-  std::vector<Warp> warps;
-  std::atomic<int> or_result{0};
+  std::vector<std::array<float, 32>> slots;  // per warp, one value per lane (shuffles)
+  int or_result = 0;                         // __syncthreads_or
 };
 
 extern thread_local Block* current_block;
 
+// Waits until every thread of the block that has not returned has arrived (__syncthreads).
+void BlockSync();
+// Waits until every thread of the caller's warp that has not returned has arrived.
+void WarpSync();
+
 // Runs body once per thread of every block of the grid; see the file comment.
 void RunGrid(dim3 grid, dim3 block, const std::function<void()>& body);
+
+// Aborts unless `stream` is the default stream or one created and not yet destroyed.
+void CheckStream(cudaStream_t stream, const char* what);
+
+// Aborts unless p points into (or just past the end of) a live cudaMalloc allocation.
+void CheckDevicePointer(const void* p, const char* what);
+
+// A kernel may only dereference device memory: every non-null pointer argument must point into
+// a live allocation (a host buffer or a freed block passed to a kernel aborts).
+template <typename T>
+void CheckKernelArg(const T& arg) {
+  if constexpr (std::is_pointer_v<T>) {
+    if (arg != nullptr) CheckDevicePointer(arg, "kernel pointer argument");
+  }
+}
 
 // kernel<<<grid, block, smem, stream>>>(args...) is rewritten to
 // Launch(&kernel, grid, block, smem, stream)(args...) by rewrite_launches.py.
 template <typename F>
-auto Launch(F* kernel, dim3 grid, dim3 block, size_t = 0, cudaStream_t = nullptr) {
-  return [=](auto&&... args) { RunGrid(grid, block, [&] { kernel(args...); }); };
+auto Launch(F* kernel, dim3 grid, dim3 block, size_t = 0, cudaStream_t stream = nullptr) {
+  CheckStream(stream, "kernel launch");
+  return [=](auto&&... args) {
+    (CheckKernelArg(args), ...);
+    RunGrid(grid, block, [&] { kernel(args...); });
+  };
 }
 
 }  // namespace loom::emu
@@ -58,25 +80,25 @@ extern thread_local uint3 blockIdx;
 extern thread_local dim3 blockDim;
 extern thread_local dim3 gridDim;
 
-inline void __syncthreads() { loom::emu::current_block->barrier->arrive_and_wait(); }
+inline void __syncthreads() { loom::emu::BlockSync(); }
 
 inline int __syncthreads_or(int predicate) {
   loom::emu::Block* b = loom::emu::current_block;
-  b->barrier->arrive_and_wait();  // every reader of the previous result is done
+  loom::emu::BlockSync();  // every reader of the previous result is done
   if (threadIdx.x == 0) b->or_result = 0;
-  b->barrier->arrive_and_wait();
-  if (predicate) b->or_result.fetch_or(1);
-  b->barrier->arrive_and_wait();
-  return b->or_result.load();
+  loom::emu::BlockSync();
+  if (predicate) b->or_result = 1;
+  loom::emu::BlockSync();
+  return b->or_result;
 }
 
 inline float __shfl_xor_sync(unsigned, float value, int lane_mask) {
-  loom::emu::Warp& w = loom::emu::current_block->warps[threadIdx.x / 32];
+  std::array<float, 32>& slot = loom::emu::current_block->slots[threadIdx.x / 32];
   const int lane = threadIdx.x % 32;
-  w.slot[lane] = value;
-  w.barrier->arrive_and_wait();
-  const float result = w.slot[lane ^ lane_mask];
-  w.barrier->arrive_and_wait();  // nobody overwrites a slot before everyone has read
+  slot[lane] = value;
+  loom::emu::WarpSync();
+  const float result = slot[lane ^ lane_mask];
+  loom::emu::WarpSync();  // nobody overwrites a slot before everyone has read
   return result;
 }
 

@@ -7,12 +7,18 @@
 // their cublasGemmEx fallbacks.
 #include <cublasLt.h>
 #include <cublas_v2.h>
+#include <ucontext.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <thread>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
 
 thread_local uint3 threadIdx;
 thread_local uint3 blockIdx;
@@ -21,7 +27,16 @@ thread_local dim3 gridDim;
 
 namespace loom::emu {
 
+// Aborts unless [p, p + bytes) lies inside one live device allocation.
+void CheckDeviceRange(const void* p, size_t bytes, const char* what);
+
 thread_local Block* current_block = nullptr;
+
+struct EventState {
+  bool timing = true;
+  bool recorded = false;
+  double ms = 0.0;  // host time of the last record
+};
 
 namespace {
 
@@ -78,7 +93,26 @@ struct Gemm {
   bool gelu = false;
 };
 
+size_t ElementBytes(cudaDataType t) { return t == CUDA_R_32F ? 4 : 2; }
+
+// Bytes from the start of a column-major (rows x cols, ld) matrix to past its last element,
+// over `batch` matrices `stride` elements apart.
+size_t Extent(long rows, long cols, long ld, long long stride, int batch, cudaDataType t) {
+  if (rows <= 0 || cols <= 0) return 0;
+  return static_cast<size_t>((cols - 1) * ld + rows + (batch - 1) * stride) * ElementBytes(t);
+}
+
 void RunGemm(const Gemm& g) {
+  // Every operand must lie inside device memory (to the granularity of one allocation).
+  CheckDeviceRange(g.a, Extent(g.ta ? g.k : g.m, g.ta ? g.m : g.k, g.lda, g.sa, g.batch, g.at),
+                   "GEMM operand A");
+  CheckDeviceRange(g.b, Extent(g.tb ? g.n : g.k, g.tb ? g.k : g.n, g.ldb, g.sb, g.batch, g.bt),
+                   "GEMM operand B");
+  CheckDeviceRange(g.d, Extent(g.m, g.n, g.ldd, g.sd, g.batch, g.dt), "GEMM output D");
+  if (g.bias != nullptr) CheckDeviceRange(g.bias, Extent(g.m, 1, g.m, 0, 1, g.dt), "GEMM bias");
+  if (g.aux != nullptr) {
+    CheckDeviceRange(g.aux, Extent(g.m, g.n, g.aux_ld, 0, 1, g.dt), "GEMM GELU aux");
+  }
   if (g.lda < (g.ta ? g.k : g.m) || g.ldb < (g.tb ? g.n : g.k) || g.ldd < g.m) {
     ShapeError("leading dimension too small");
   }
@@ -130,37 +164,311 @@ T Read(const void* buf, size_t size) {
 
 int ShapeErrors() { return shape_errors; }
 
+namespace {
+
+// One CUDA thread of the running block.
+struct Fiber {
+  enum State { kReady, kAtBlockBarrier, kAtWarpBarrier, kDone };
+  ucontext_t context;
+  std::unique_ptr<char[]> stack;
+  State state = kDone;
+};
+
+constexpr size_t kFiberStackBytes = 256 << 10;  // touched only as deep as a kernel goes
+
+// The block being run on this host thread.
+struct Scheduler {
+  ucontext_t main;
+  std::vector<Fiber> fibers;  // grows to the largest block seen; stacks are reused
+  int current = -1;
+  const std::function<void()>* body = nullptr;
+};
+
+thread_local Scheduler scheduler;
+
+void FiberEntry() {
+  (*scheduler.body)();
+  scheduler.fibers[scheduler.current].state = Fiber::kDone;
+  // Returning resumes uc_link, the scheduler.
+}
+
+// Parks the running fiber in `state` and returns to the scheduler.
+void Park(Fiber::State state) {
+  Fiber& f = scheduler.fibers[scheduler.current];
+  f.state = state;
+  swapcontext(&f.context, &scheduler.main);
+}
+
+// Runs one block of `threads` fibers to completion.
+void RunBlock(int threads, bool reverse) {
+  Scheduler& s = scheduler;
+  for (int t = 0; t < threads; ++t) {
+    Fiber& f = s.fibers[t];
+    if (!f.stack) f.stack.reset(new char[kFiberStackBytes]);
+    getcontext(&f.context);
+    f.context.uc_stack.ss_sp = f.stack.get();
+    f.context.uc_stack.ss_size = kFiberStackBytes;
+    f.context.uc_link = &s.main;
+    makecontext(&f.context, FiberEntry, 0);
+    f.state = Fiber::kReady;
+  }
+  const int warps = threads / 32;
+  for (;;) {
+    for (int i = 0; i < threads; ++i) {
+      const int t = reverse ? threads - 1 - i : i;
+      if (s.fibers[t].state != Fiber::kReady) continue;
+      threadIdx = uint3{static_cast<unsigned>(t), 0, 0};
+      s.current = t;
+      swapcontext(&s.main, &s.fibers[t].context);
+    }
+    // Every fiber is done or waiting: release the barriers whose live fibers have all arrived.
+    int live = 0, at_block = 0;
+    for (int t = 0; t < threads; ++t) {
+      live += s.fibers[t].state != Fiber::kDone;
+      at_block += s.fibers[t].state == Fiber::kAtBlockBarrier;
+    }
+    if (live == 0) return;
+    bool released = false;
+    if (at_block == live) {
+      for (int t = 0; t < threads; ++t) {
+        if (s.fibers[t].state == Fiber::kAtBlockBarrier) s.fibers[t].state = Fiber::kReady;
+      }
+      released = true;
+    }
+    for (int w = 0; w < warps && at_block != live; ++w) {
+      int warp_live = 0, at_warp = 0;
+      for (int t = w * 32; t < w * 32 + 32; ++t) {
+        warp_live += s.fibers[t].state != Fiber::kDone;
+        at_warp += s.fibers[t].state == Fiber::kAtWarpBarrier;
+      }
+      if (warp_live > 0 && at_warp == warp_live) {
+        for (int t = w * 32; t < w * 32 + 32; ++t) {
+          if (s.fibers[t].state == Fiber::kAtWarpBarrier) s.fibers[t].state = Fiber::kReady;
+        }
+        released = true;
+      }
+    }
+    // Nothing to release: the threads wait at different barriers, which hangs (or is undefined)
+    // on a GPU too.
+    if (!released) Die("deadlock: the threads of a block wait at different barriers");
+  }
+}
+
+}  // namespace
+
+void BlockSync() { Park(Fiber::kAtBlockBarrier); }
+void WarpSync() { Park(Fiber::kAtWarpBarrier); }
+
 void RunGrid(dim3 grid, dim3 block, const std::function<void()>& body) {
   if (block.y != 1 || block.z != 1 || block.x == 0 || block.x > 1024 || block.x % 32 != 0) {
     Die("only 1-D blocks of a multiple of 32 threads (at most 1024)");
   }
   if (grid.y > 65535 || grid.z > 65535) Die("grid.y or grid.z above 65535");
+  if (scheduler.body != nullptr) Die("a kernel launch from inside a kernel");
   const int threads = static_cast<int>(block.x);
+  if (scheduler.fibers.size() < static_cast<size_t>(threads)) scheduler.fibers.resize(threads);
+  scheduler.body = &body;
+  Block b;
+  current_block = &b;
+  blockDim = block;
+  gridDim = grid;
+  long index = 0;
   for (unsigned bz = 0; bz < grid.z; ++bz) {
     for (unsigned by = 0; by < grid.y; ++by) {
-      for (unsigned bx = 0; bx < grid.x; ++bx) {
-        Block b;
-        b.barrier = std::make_unique<std::barrier<>>(threads);
-        b.warps.resize(threads / 32);
-        for (Warp& w : b.warps) w.barrier = std::make_unique<std::barrier<>>(32);
-        std::vector<std::thread> pool;
-        pool.reserve(threads);
-        for (int t = 0; t < threads; ++t) {
-          pool.emplace_back([&, t] {
-            threadIdx = uint3{static_cast<unsigned>(t), 0, 0};
-            blockIdx = uint3{bx, by, bz};
-            blockDim = block;
-            gridDim = grid;
-            current_block = &b;
-            body();
-            b.warps[t / 32].barrier->arrive_and_drop();
-            b.barrier->arrive_and_drop();
-          });
-        }
-        for (std::thread& th : pool) th.join();
+      for (unsigned bx = 0; bx < grid.x; ++bx, ++index) {
+        b.slots.assign(threads / 32, {});
+        b.or_result = 0;
+        blockIdx = uint3{bx, by, bz};
+        RunBlock(threads, index % 2 == 1);
       }
     }
   }
+  scheduler.body = nullptr;
+  current_block = nullptr;
+}
+
+// ---- Device memory, streams and events ----
+//
+// Device memory is host memory filled with 0xFF bytes (NaN as fp32 and as bf16) when allocated,
+// as a GPU's fresh memory holds garbage: a buffer read before it is written shows up as NaN
+// instead of hiding behind the zeros of fresh host pages. Every allocation is tracked, so copies
+// and memsets that leave a live allocation are reported (the real runtime fails or corrupts).
+
+constexpr size_t kDeviceBytes = size_t{141} << 30;  // what an H200 reports
+
+namespace {
+
+struct Handles {
+  std::mutex mu;
+  std::map<uintptr_t, size_t> allocations;  // base -> bytes
+  size_t bytes_in_use = 0;
+  uint64_t num_allocs = 0;  // successful cudaMalloc calls
+  std::set<uintptr_t> streams;
+  std::map<uintptr_t, EventState> events;
+};
+
+Handles& State() {
+  static Handles* h = new Handles;  // never destroyed: handles may be released at exit
+  return *h;
+}
+
+// True when [p, p + bytes) lies inside one live allocation.
+bool InDevice(const Handles& h, const void* p, size_t bytes) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  auto it = h.allocations.upper_bound(a);
+  if (it == h.allocations.begin()) return false;
+  --it;
+  return a >= it->first && a + bytes <= it->first + it->second;
+}
+
+double NowMs() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+cudaError_t DeviceAlloc(void** p, size_t bytes) {
+  const size_t rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;  // 256-byte aligned
+  *p = std::aligned_alloc(256, rounded);
+  if (*p == nullptr) return cudaErrorMemoryAllocation;
+  std::memset(*p, 0xFF, rounded);
+  Handles& h = State();
+  std::lock_guard<std::mutex> lock(h.mu);
+  h.allocations[reinterpret_cast<uintptr_t>(*p)] = bytes;
+  h.bytes_in_use += rounded;
+  ++h.num_allocs;
+  return cudaSuccess;
+}
+
+void DeviceFree(void* p) {
+  if (p == nullptr) return;
+  Handles& h = State();
+  {
+    std::lock_guard<std::mutex> lock(h.mu);
+    auto it = h.allocations.find(reinterpret_cast<uintptr_t>(p));
+    if (it == h.allocations.end()) Die("cudaFree of a pointer cudaMalloc did not return");
+    h.bytes_in_use -= (std::max<size_t>(it->second, 1) + 255) / 256 * 256;
+    h.allocations.erase(it);
+  }
+  std::free(p);
+}
+
+uint64_t DeviceAllocCount() {
+  Handles& h = State();
+  std::lock_guard<std::mutex> lock(h.mu);
+  return h.num_allocs;
+}
+
+size_t DeviceBytesInUse() {
+  Handles& h = State();
+  std::lock_guard<std::mutex> lock(h.mu);
+  return h.bytes_in_use;
+}
+
+void CheckDeviceRange(const void* p, size_t bytes, const char* what) {
+  Handles& h = State();
+  std::lock_guard<std::mutex> lock(h.mu);
+  if (!InDevice(h, p, bytes)) {
+    std::fprintf(stderr, "cuda_emu: %s: [%p, +%zu) is not inside one live device allocation\n",
+                 what, p, bytes);
+    std::abort();
+  }
+}
+
+void CheckDevicePointer(const void* p, const char* what) { CheckDeviceRange(p, 0, what); }
+
+void CheckCopy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (bytes == 0) return;
+  const bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+  const bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  if (kind == cudaMemcpyDefault || kind == cudaMemcpyHostToHost) return;
+  if (dst_dev) CheckDeviceRange(dst, bytes, "cudaMemcpy destination");
+  if (src_dev) CheckDeviceRange(src, bytes, "cudaMemcpy source");
+  Handles& h = State();
+  std::lock_guard<std::mutex> lock(h.mu);
+  if ((!dst_dev && InDevice(h, dst, 1)) || (!src_dev && InDevice(h, src, 1))) {
+    Die("cudaMemcpy: a host pointer of the copy kind is device memory");
+  }
+}
+
+cudaStream_t NewStream() {
+  auto* token = new char[1];  // a unique address; never reused while the stream lives
+  Handles& h = State();
+  std::lock_guard<std::mutex> lock(h.mu);
+  h.streams.insert(reinterpret_cast<uintptr_t>(token));
+  return reinterpret_cast<cudaStream_t>(token);
+}
+
+void DestroyStream(cudaStream_t stream) {
+  Handles& h = State();
+  std::lock_guard<std::mutex> lock(h.mu);
+  if (h.streams.erase(reinterpret_cast<uintptr_t>(stream)) != 1) {
+    Die("cudaStreamDestroy of a stream that does not exist");
+  }
+  delete[] reinterpret_cast<char*>(stream);
+}
+
+void CheckStream(cudaStream_t stream, const char* what) {
+  if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) return;
+  Handles& h = State();
+  std::lock_guard<std::mutex> lock(h.mu);
+  if (h.streams.count(reinterpret_cast<uintptr_t>(stream)) == 0) {
+    std::fprintf(stderr, "cuda_emu: %s on a stream that does not exist\n", what);
+    std::abort();
+  }
+}
+
+cudaEvent_t NewEvent(bool timing) {
+  auto* token = new char[1];
+  Handles& h = State();
+  std::lock_guard<std::mutex> lock(h.mu);
+  h.events[reinterpret_cast<uintptr_t>(token)] = EventState{timing, false, 0.0};
+  return reinterpret_cast<cudaEvent_t>(token);
+}
+
+void DestroyEvent(cudaEvent_t event) {
+  Handles& h = State();
+  std::lock_guard<std::mutex> lock(h.mu);
+  if (h.events.erase(reinterpret_cast<uintptr_t>(event)) != 1) {
+    Die("cudaEventDestroy of an event that does not exist");
+  }
+  delete[] reinterpret_cast<char*>(event);
+}
+
+void CheckEvent(cudaEvent_t event, const char* what) {
+  Handles& h = State();
+  std::lock_guard<std::mutex> lock(h.mu);
+  if (h.events.count(reinterpret_cast<uintptr_t>(event)) == 0) {
+    std::fprintf(stderr, "cuda_emu: %s on an event that does not exist\n", what);
+    std::abort();
+  }
+}
+
+void RecordEvent(cudaEvent_t event) {
+  Handles& h = State();
+  std::lock_guard<std::mutex> lock(h.mu);
+  auto it = h.events.find(reinterpret_cast<uintptr_t>(event));
+  if (it == h.events.end()) Die("cudaEventRecord on an event that does not exist");
+  it->second.recorded = true;
+  it->second.ms = NowMs();
+}
+
+// As the real call: both events must exist, time, and have been recorded.
+float ElapsedMs(cudaEvent_t start, cudaEvent_t end) {
+  Handles& h = State();
+  std::lock_guard<std::mutex> lock(h.mu);
+  auto a = h.events.find(reinterpret_cast<uintptr_t>(start));
+  auto b = h.events.find(reinterpret_cast<uintptr_t>(end));
+  if (a == h.events.end() || b == h.events.end()) Die("cudaEventElapsedTime: no such event");
+  if (!a->second.timing || !b->second.timing) {
+    Die("cudaEventElapsedTime on an event created with cudaEventDisableTiming");
+  }
+  if (!a->second.recorded || !b->second.recorded) {
+    Die("cudaEventElapsedTime on an event never recorded");
+  }
+  return static_cast<float>(b->second.ms - a->second.ms);
 }
 
 }  // namespace loom::emu
@@ -171,20 +479,35 @@ using loom::emu::LtLayout;
 
 extern "C" {
 
-cudaError_t cudaMalloc(void** p, size_t bytes) {
-  *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);  // cudaMalloc aligns to 256 bytes
-  return *p != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
-}
+cudaError_t cudaMalloc(void** p, size_t bytes) { return loom::emu::DeviceAlloc(p, bytes); }
 cudaError_t cudaFree(void* p) {
-  std::free(p);
+  loom::emu::DeviceFree(p);
   return cudaSuccess;
 }
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
+// Asynchronous calls run at once, in the order the host issues them: a legal order for any one
+// stream, and the strictest one across streams.
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  loom::emu::CheckCopy(dst, src, bytes, kind);
   std::memcpy(dst, src, bytes);
   return cudaSuccess;
 }
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t stream) {
+  loom::emu::CheckStream(stream, "cudaMemcpyAsync");
+  return cudaMemcpy(dst, src, bytes, kind);
+}
 cudaError_t cudaMemset(void* p, int value, size_t bytes) {
+  loom::emu::CheckDeviceRange(p, bytes, "cudaMemset");
   std::memset(p, value, bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t stream) {
+  loom::emu::CheckStream(stream, "cudaMemsetAsync");
+  return cudaMemset(p, value, bytes);
+}
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  *total_bytes = loom::emu::kDeviceBytes;
+  *free_bytes = loom::emu::kDeviceBytes - loom::emu::DeviceBytesInUse();
   return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
@@ -193,6 +516,77 @@ const char* cudaGetErrorName(cudaError_t) { return "cuda_emu"; }
 const char* cudaGetErrorString(cudaError_t) { return "cuda_emu"; }
 cudaError_t cudaGetDeviceCount(int* count) {
   *count = 1;
+  return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int device) {
+  if (device != 0) loom::emu::Die("cudaSetDevice: the emulation has one device, 0");
+  return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int* device) {
+  *device = 0;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
+  *least = 0;  // as an H100/H200
+  *greatest = -5;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t* stream) {
+  *stream = loom::emu::NewStream();
+  return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) {
+  *stream = loom::emu::NewStream();
+  return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t* stream, unsigned int, int priority) {
+  if (priority > 0 || priority < -5) loom::emu::Die("stream priority outside [-5, 0]");
+  *stream = loom::emu::NewStream();
+  return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  loom::emu::DestroyStream(stream);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  loom::emu::CheckStream(stream, "cudaStreamSynchronize");
+  return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
+  loom::emu::CheckStream(stream, "cudaStreamWaitEvent");
+  loom::emu::CheckEvent(event, "cudaStreamWaitEvent");
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) {
+  *event = loom::emu::NewEvent(true);
+  return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
+  *event = loom::emu::NewEvent((flags & cudaEventDisableTiming) == 0);
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  loom::emu::DestroyEvent(event);
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  loom::emu::CheckStream(stream, "cudaEventRecord");
+  loom::emu::RecordEvent(event);
+  return cudaSuccess;
+}
+// Recorded work has always finished: the emulation runs it when it is issued.
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  loom::emu::CheckEvent(event, "cudaEventQuery");
+  return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  loom::emu::CheckEvent(event, "cudaEventSynchronize");
+  return cudaSuccess;
+}
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  *ms = loom::emu::ElapsedMs(start, end);
   return cudaSuccess;
 }
 
@@ -204,7 +598,10 @@ cublasStatus_t cublasDestroy_v2(cublasHandle_t h) {
   delete[] reinterpret_cast<char*>(h);
   return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasSetStream_v2(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasSetStream_v2(cublasHandle_t, cudaStream_t stream) {
+  loom::emu::CheckStream(stream, "cublasSetStream");
+  return CUBLAS_STATUS_SUCCESS;
+}
 const char* cublasGetStatusString(cublasStatus_t) { return "cuda_emu"; }
 
 cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m,
@@ -333,7 +730,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
                               const void* a, cublasLtMatrixLayout_t la, const void* b,
                               cublasLtMatrixLayout_t lb, const void* beta, const void* c,
                               cublasLtMatrixLayout_t lc, void* d, cublasLtMatrixLayout_t ld,
-                              const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t) {
+                              const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t stream) {
+  loom::emu::CheckStream(stream, "cublasLtMatmul");
   const LtDesc* x = reinterpret_cast<const LtDesc*>(desc);
   const LtLayout* A = reinterpret_cast<const LtLayout*>(la);
   const LtLayout* B = reinterpret_cast<const LtLayout*>(lb);

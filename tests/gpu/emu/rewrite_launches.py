@@ -21,7 +21,10 @@ def main():
         for name, value in overrides.items():
             text = re.sub(r'constexpr int %s = \d+;' % re.escape(name),
                           'constexpr int %s = %s;' % (name, value), text)
-        (out / (source.stem + '.cc')).write_text(text)
+        target = out / (source.stem + '.cc')
+        # Rewrite only what changed, so an incremental build recompiles only that.
+        if not target.exists() or target.read_text() != text:
+            target.write_text(text)
 
 
 if __name__ == '__main__':

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds and runs the CUDA op checks in the CPU emulation (tests/gpu/emu/README.md): the kernels
-# of kernels/cuda/ compiled by the host compiler, one std::thread per CUDA thread.
-#   tests/gpu/emu/run.sh          small shapes (about ten minutes on two cores, mostly threads)
+# of kernels/cuda/ compiled by the host compiler, one fiber per CUDA thread.
+#   tests/gpu/emu/run.sh          small shapes (about half a minute on two cores, built)
 #   tests/gpu/emu/run.sh --odd    the odd shapes of loom-gpu-op-check (similar)
 # Needs g++ with C++20, python3 and the CUDA headers (CUDA_HOME, default /usr/local/cuda); no GPU
 # and no CUDA libraries. Builds in build-emu/ at the repository root.
