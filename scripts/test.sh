@@ -18,4 +18,20 @@ export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
 status=0
 ctest --test-dir build --output-on-failure -j"$jobs" -LE integration || status=1
 ctest --test-dir build --output-on-failure -L integration || status=1
+
+# The CUDA code on the CPU (tests/gpu/emu/README.md): without a GPU, the kernels' op checks and
+# two emulated training steps of the GPU path beside the CPU trainer are what exercises it here.
+cuda_home=${CUDA_HOME:-/usr/local/cuda}
+if [[ -f $cuda_home/include/cuda_runtime_api.h ]]; then
+  echo "== emulated CUDA: op checks, then the GPU training path (tests/gpu/emu)"
+  CUDA_HOME=$cuda_home bash tests/gpu/emu/run.sh >build/emu-ops.log 2>&1 ||
+    { status=1; tail -40 build/emu-ops.log; }
+  CUDA_HOME=$cuda_home bash tests/gpu/emu/run.sh --odd >build/emu-ops-odd.log 2>&1 ||
+    { status=1; tail -40 build/emu-ops-odd.log; }
+  CUDA_HOME=$cuda_home bash tests/gpu/emu/train.sh 2 >build/emu-train.log 2>&1 ||
+    { status=1; tail -60 build/emu-train.log; }
+  grep -hE '^(PASS|FAIL)' build/emu-ops.log build/emu-ops-odd.log build/emu-train.log | tail -30
+else
+  echo "== emulated CUDA: SKIPPED (no CUDA headers in $cuda_home)"
+fi
 exit $status
