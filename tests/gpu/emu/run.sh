@@ -10,6 +10,12 @@ ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 OUT=$ROOT/build-emu
 EMU=$ROOT/tests/gpu/emu
+# ccache when present (keyed by content; paths relative to the tree, so clones share entries).
+CXX=(g++)
+if command -v ccache >/dev/null 2>&1; then
+  export CCACHE_BASEDIR="$ROOT" CCACHE_NOHASHDIR=1
+  CXX=(ccache g++)
+fi
 mkdir -p "$OUT/src" "$OUT/obj"
 # A token chunk of 16 makes the encoder backward's multi-chunk path run at small shapes.
 python3 "$EMU/rewrite_launches.py" "$ROOT" "$OUT/src" kTokenChunk=16
@@ -21,7 +27,7 @@ for src in "${SOURCES[@]}"; do
   obj=$OUT/obj/$(basename "${src%.*}").o
   OBJECTS+=("$obj")
   if [[ ! -f $obj || $src -nt $obj || $EMU/cuda_emu.h -nt $obj ]]; then
-    g++ "${FLAGS[@]}" -c "$src" -o "$obj" &
+    "${CXX[@]}" "${FLAGS[@]}" -c "$src" -o "$obj" &
   fi
   while (($(jobs -r | wc -l) >= ${JOBS:-2})); do sleep 0.2; done
 done

@@ -14,6 +14,12 @@ ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 OUT=$ROOT/build-emu/train
 EMU=$ROOT/tests/gpu/emu
+# ccache when present (keyed by content; paths relative to the tree, so clones share entries).
+CXX=(g++)
+if command -v ccache >/dev/null 2>&1; then
+  export CCACHE_BASEDIR="$ROOT" CCACHE_NOHASHDIR=1
+  CXX=(ccache g++)
+fi
 mkdir -p "$OUT/src" "$OUT/obj"
 # One build at a time in $OUT (two sessions may run this at once); the runs may overlap.
 exec 9>"$OUT/.lock"
@@ -75,7 +81,7 @@ compile() {  # compile FLAGS_ARRAY_NAME SOURCE...
     OBJECTS+=("$obj")
     if stale "$obj"; then
       echo "compiling ${src#"$ROOT"/}"
-      (g++ "${flags[@]}" -MMD -MF "$obj.d" -c "$src" -o "$obj" || { rm -f "$obj"; exit 1; }) &
+      ("${CXX[@]}" "${flags[@]}" -MMD -MF "$obj.d" -c "$src" -o "$obj" || { rm -f "$obj"; exit 1; }) &
     fi
     while (($(jobs -r | wc -l) >= ${JOBS:-2})); do sleep 0.2; done
   done

@@ -164,14 +164,17 @@ spec.
   --export-llmc FILE       write the trained model as an llm.c GPT-2 model file
   --device cpu|cuda        where the model trains (default cpu; cuda:N for GPU N; under
                            loom-worker LOOM_DEVICE=cuda:N picks the GPU where this build has
-                           CUDA): cuda trains one rank in bf16 mixed precision (no data,
-                           tensor or pipeline parallelism, checkpoints or llm.c files yet)
+                           CUDA): cuda trains in bf16 mixed precision, one rank or data
+                           parallel over NCCL (no tensor or pipeline parallelism, ZeRO-1 or
+                           llm.c files on the GPU yet)
   --quiet                  no human-readable progress on stderr
   --rendezvous-dir DIR     several ranks on one machine (or a shared file system) meet
                            there (else LOOM_RENDEZVOUS_DIR); with LOOM_RANK,
                            LOOM_WORLD_SIZE and LOOM_LAYOUT=data=D,... one process per rank;
                            without it, ranks launched by loom-worker meet through loomd
-                           (LOOM_RENDEZVOUS, LOOM_JOB, LOOM_JOB_GENERATION)
+                           (LOOM_RENDEZVOUS, LOOM_JOB, LOOM_JOB_GENERATION); give each
+                           standalone run a fresh DIR (or a new LOOM_JOB_GENERATION): the
+                           addresses an earlier run left there would be read
   --dp-bucket-mb X         data-parallel gradient bucket size in MiB (default 25)
   --dp-overlap BOOL        all-reduce gradient buckets while backward runs (default true);
                            false waits for the whole backward first (for measurements)
