@@ -55,6 +55,19 @@ class JobManagerTest : public ::testing::Test {
     manager_ = std::move(*manager);
   }
 
+  // Recreates the manager exporting to `metrics` (which outlives it), with the default node
+  // timeout, and points the metrics' snapshot at it.
+  void NewManagerWithMetrics(server_metrics::ServerMetrics* metrics) {
+    manager_.reset();
+    JobManagerOptions options;
+    options.rendezvous_address = kRendezvous;
+    auto manager = JobManager::Create(store_.get(), &clock_, MakeSpecValidator(), logs_.get(),
+                                      nullptr, metrics, options);
+    ASSERT_TRUE(manager.ok()) << manager.status();
+    manager_ = std::move(*manager);
+    metrics->SetSnapshotSource([this] { return manager_->MetricsSnapshot(); });
+  }
+
   // Registers a node with `devices` CPU devices and opens its session.
   std::shared_ptr<FakeSink> Connect(const std::string& id, int devices,
                                     const v1::SessionHello& hello_extra = {}) {
@@ -548,14 +561,7 @@ TEST_F(JobManagerTest, ProgressIsWrittenToTheStoreAtMostAboutOncePerSecond) {
 TEST_F(JobManagerTest, MetricsFollowJobsNodesAndRestarts) {
   metrics::Registry registry;
   server_metrics::ServerMetrics metrics(&registry);
-  manager_.reset();
-  JobManagerOptions options;
-  options.rendezvous_address = kRendezvous;
-  auto manager = JobManager::Create(store_.get(), &clock_, MakeSpecValidator(), logs_.get(),
-                                    nullptr, &metrics, options);
-  ASSERT_TRUE(manager.ok());
-  manager_ = std::move(*manager);
-  metrics.SetSnapshotSource([this] { return manager_->MetricsSnapshot(); });
+  NewManagerWithMetrics(&metrics);
 
   auto sink = Connect("n1", 2);
   const std::string name = CreateScheduled(CpuSpec(2, /*max_restarts=*/1), *sink);
@@ -640,14 +646,7 @@ v1::WorkerMessage TimedStep(const std::string& job, int64_t step, double seconds
 TEST_F(JobManagerTest, MeasuredStepTimeIsKeptBesideThePrediction) {
   metrics::Registry registry;
   server_metrics::ServerMetrics metrics(&registry);
-  manager_.reset();
-  JobManagerOptions options;
-  options.rendezvous_address = kRendezvous;
-  auto manager = JobManager::Create(store_.get(), &clock_, MakeSpecValidator(), logs_.get(),
-                                    nullptr, &metrics, options);
-  ASSERT_TRUE(manager.ok());
-  manager_ = std::move(*manager);
-  metrics.SetSnapshotSource([this] { return manager_->MetricsSnapshot(); });
+  NewManagerWithMetrics(&metrics);
 
   auto sink = Connect("n1", 2);
   const std::string name = CreateScheduled(CpuSpec(2), *sink);  // `auto`: planned
@@ -706,14 +705,7 @@ TEST_F(JobManagerTest, MeasuredStepTimeIsKeptBesideThePrediction) {
 TEST_F(JobManagerTest, RankRatiosAndCommBytesAreExported) {
   metrics::Registry registry;
   server_metrics::ServerMetrics metrics(&registry);
-  manager_.reset();
-  JobManagerOptions options;
-  options.rendezvous_address = kRendezvous;
-  auto manager = JobManager::Create(store_.get(), &clock_, MakeSpecValidator(), logs_.get(),
-                                    nullptr, &metrics, options);
-  ASSERT_TRUE(manager.ok());
-  manager_ = std::move(*manager);
-  metrics.SetSnapshotSource([this] { return manager_->MetricsSnapshot(); });
+  NewManagerWithMetrics(&metrics);
 
   auto sink = Connect("n1", 2);
   const std::string name = CreateScheduled(CpuSpec(2), *sink);
@@ -774,14 +766,7 @@ TEST_F(JobManagerTest, RankRatiosAndCommBytesAreExported) {
 TEST_F(JobManagerTest, RankMemoryAndGpuAllocatorSeriesAreExported) {
   metrics::Registry registry;
   server_metrics::ServerMetrics metrics(&registry);
-  manager_.reset();
-  JobManagerOptions options;
-  options.rendezvous_address = kRendezvous;
-  auto manager = JobManager::Create(store_.get(), &clock_, MakeSpecValidator(), logs_.get(),
-                                    nullptr, &metrics, options);
-  ASSERT_TRUE(manager.ok());
-  manager_ = std::move(*manager);
-  metrics.SetSnapshotSource([this] { return manager_->MetricsSnapshot(); });
+  NewManagerWithMetrics(&metrics);
 
   auto sink = Connect("n1", 2);
   const std::string name = CreateScheduled(CpuSpec(2), *sink);
