@@ -20,7 +20,8 @@ ctest --test-dir build --output-on-failure -j"$jobs" -LE integration || status=1
 ctest --test-dir build --output-on-failure -L integration || status=1
 
 # The CUDA code on the CPU (tests/gpu/emu/README.md): without a GPU, the kernels' op checks and
-# two emulated training steps of the GPU path beside the CPU trainer are what exercises it here.
+# two emulated training steps of the GPU path beside the CPU trainer (one rank, then dp = 2 with
+# a stand-in for NCCL) are what exercises it here.
 cuda_home=${CUDA_HOME:-/usr/local/cuda}
 if [[ -f $cuda_home/include/cuda_runtime_api.h ]]; then
   echo "== emulated CUDA: op checks, then the GPU training path (tests/gpu/emu)"

@@ -484,6 +484,15 @@ cudaError_t cudaFree(void* p) {
   loom::emu::DeviceFree(p);
   return cudaSuccess;
 }
+// Pinned host memory is plain host memory here (copies run at once anyway).
+cudaError_t cudaMallocHost(void** p, size_t bytes) {
+  *p = std::malloc(bytes);
+  return *p != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaFreeHost(void* p) {
+  std::free(p);
+  return cudaSuccess;
+}
 // Asynchronous calls run at once, in the order the host issues them: a legal order for any one
 // stream, and the strictest one across streams.
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {

@@ -97,6 +97,41 @@ for obj in "${OBJECTS[@]}"; do [[ $obj -nt $BIN ]] && relink=1; done
 if ((relink)); then
   g++ -pthread -fopenmp -fsanitize=alignment "${OBJECTS[@]}" -lopenblas -ldl -o "$BIN"
 fi
+
+# The data-parallel check (emu_dp_main.cc): the trainer's sources again with LOOM_HAVE_NCCL, the
+# gradient buckets, and the driver's stand-in for NCCL instead of emu_train_main.cc.
+DP_OBJECTS=()
+for obj in "${OBJECTS[@]}"; do
+  case $obj in
+    */tests_gpu_emu_emu_train_main.cc.o | */worker_train_cuda_trainer*.o) ;;
+    *) DP_OBJECTS+=("$obj") ;;
+  esac
+done
+DP_FLAGS=("${EMU_FLAGS[@]}" -DLOOM_HAVE_NCCL)
+for src in "$ROOT/worker/train/cuda_trainer.cc" "$ROOT/worker/train/cuda_trainer_checkpoint.cc" \
+           "$ROOT/worker/train/cuda_grad_sync.cc" "$EMU/emu_dp_main.cc"; do
+  obj=$OUT/obj/dp_$(realpath --relative-to="$ROOT" "$src" | tr / _).o
+  DP_OBJECTS+=("$obj")
+  if stale "$obj"; then
+    echo "compiling ${src#"$ROOT"/} (data parallel)"
+    ("${CXX[@]}" "${DP_FLAGS[@]}" -MMD -MF "$obj.d" -c "$src" -o "$obj" || { rm -f "$obj"; exit 1; }) &
+  fi
+  while (($(jobs -r | wc -l) >= ${JOBS:-2})); do sleep 0.2; done
+done
+for job in $(jobs -p); do wait "$job" || FAILED=1; done
+((FAILED == 0)) || { echo "train.sh: compilation failed" >&2; exit 1; }
+DP_BIN=$OUT/emu_dp_check
+relink=0
+[[ -f $DP_BIN ]] || relink=1
+for obj in "${DP_OBJECTS[@]}"; do [[ $obj -nt $DP_BIN ]] && relink=1; done
+if ((relink)); then
+  g++ -pthread -fopenmp -fsanitize=alignment "${DP_OBJECTS[@]}" -lopenblas -ldl -o "$DP_BIN"
+fi
 exec 9>&-
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
-exec "$BIN" "$@"
+status=0
+"$BIN" "$@" || status=1
+echo
+# dp = 2 for as many steps as the first argument asks (default 3), at the padded vocabulary too.
+"$DP_BIN" "${1:-3}" 257 || status=1
+exit $status
