@@ -76,6 +76,21 @@ class DpRendezvousTest : public ::testing::Test {
     cluster_->Shutdown(/*keep_dir=*/HasFailure());
   }
 
+  // Submits the spec file `file`, waits for the job to end and expects it SUCCEEDED; returns
+  // its name and sets `job` to its `loomctl get -o json`.
+  std::string SubmitAndExpectSucceeded(const std::string& file, nlohmann::json* job) {
+    const CommandResult submit =
+        cluster_->Loomctl({"submit", "-f", file, "--wait"}, absl::Seconds(240));
+    EXPECT_EQ(submit.exit_code, 0) << submit.Describe();
+    const std::string name = submit.out.substr(0, submit.out.find('\n'));
+    const CommandResult get = cluster_->Loomctl({"get", name, "-o", "json"});
+    EXPECT_EQ(get.exit_code, 0) << get.Describe();
+    *job = nlohmann::json::parse(get.out, nullptr, false);
+    EXPECT_FALSE(job->is_discarded()) << get.out;
+    if (!job->is_discarded()) EXPECT_EQ((*job)["state"], "SUCCEEDED") << job->dump(2);
+    return name;
+  }
+
   // The per-step losses of the same spec run as one standalone loom-train process (no layout,
   // no rendezvous): the reference both tests compare against.
   std::vector<double> OneProcessLosses() {
@@ -119,16 +134,9 @@ TEST_F(DpRendezvousTest, TwoRanksOnTwoWorkersMeetThroughLoomdAndMatchOneProcess)
   // Through loomd: one device per worker, so the scheduler must spread the two ranks.
   const std::string file =
       cluster_->WriteFile("dp2.yaml", SpecYaml("{data: 2, micro_batch: 2}", 2));
-  const CommandResult submit =
-      cluster_->Loomctl({"submit", "-f", file, "--wait"}, absl::Seconds(240));
-  ASSERT_EQ(submit.exit_code, 0) << submit.Describe();
-  const std::string name = submit.out.substr(0, submit.out.find('\n'));
-
-  const CommandResult get = cluster_->Loomctl({"get", name, "-o", "json"});
-  ASSERT_EQ(get.exit_code, 0) << get.Describe();
-  const nlohmann::json job = nlohmann::json::parse(get.out, nullptr, false);
-  ASSERT_FALSE(job.is_discarded()) << get.out;
-  EXPECT_EQ(job["state"], "SUCCEEDED") << job.dump(2);
+  nlohmann::json job;
+  const std::string name = SubmitAndExpectSucceeded(file, &job);
+  ASSERT_FALSE(HasFailure());
   EXPECT_EQ(job["generation"], "1");  // met at the first try: no restart hid a failure
 
   // The ranks ran on two different nodes: the node of each rank's log lines (placements are
@@ -171,15 +179,9 @@ TEST_F(DpRendezvousTest, PipelineOfTwoStagesOnTwoWorkersMatchesOneProcess) {
   const std::string file = cluster_->WriteFile(
       "pp2.yaml", SpecYaml("{pipeline: 2, micro_batch: 2, schedule: gpipe}", 2) +
                       "checkpoint: {dir: \"" + shared + "\"}\n");
-  const CommandResult submit =
-      cluster_->Loomctl({"submit", "-f", file, "--wait"}, absl::Seconds(240));
-  ASSERT_EQ(submit.exit_code, 0) << submit.Describe();
-  const std::string name = submit.out.substr(0, submit.out.find('\n'));
-  const CommandResult get = cluster_->Loomctl({"get", name, "-o", "json"});
-  ASSERT_EQ(get.exit_code, 0) << get.Describe();
-  const nlohmann::json job = nlohmann::json::parse(get.out, nullptr, false);
-  ASSERT_FALSE(job.is_discarded()) << get.out;
-  EXPECT_EQ(job["state"], "SUCCEEDED") << job.dump(2);
+  nlohmann::json job;
+  const std::string name = SubmitAndExpectSucceeded(file, &job);
+  ASSERT_FALSE(HasFailure());
 
   const CommandResult logs = cluster_->Loomctl({"logs", name, "--rank", "1"});
   ASSERT_EQ(logs.exit_code, 0) << logs.Describe();

@@ -26,19 +26,8 @@ namespace loom::train {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::KindAndErrorOf;
 using testing::TempDir;
-
-template <typename F>
-std::string ErrorOf(F fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return std::string("InputError: ") + e.what();
-  } catch (const IoError& e) {
-    return std::string("IoError: ") + e.what();
-  }
-  return "";
-}
 
 // ---------------------------------------------------------------------------------------------
 // Boxes.
@@ -347,13 +336,13 @@ TEST(ShardedCheckpointTest, CommitRefusesAMissingShardNamingTheRegion) {
   }
   CheckpointMeta meta = MetaOf(layout, 40, 1);
   // Taking whatever was written: the coverage check finds the hole.
-  EXPECT_THAT(ErrorOf([&] { CommitCheckpoint(dir.path(), staging, meta); }),
+  EXPECT_THAT(KindAndErrorOf([&] { CommitCheckpoint(dir.path(), staging, meta); }),
               HasSubstr("IoError: " + staging +
                         ": not a complete checkpoint: tensor "
                         "\"attprojw\": [2:4, 0:16, 8:16] of [0:4, 0:16, 0:16] is in no shard"));
   // Expecting the four shards: the missing one is named.
   for (const Rank& rank : ranks) meta.shards.push_back(rank.shard);
-  EXPECT_THAT(ErrorOf([&] { CommitCheckpoint(dir.path(), staging, meta); }),
+  EXPECT_THAT(KindAndErrorOf([&] { CommitCheckpoint(dir.path(), staging, meta); }),
               HasSubstr("shard \"pp01-tp01\" (model-pp01-tp01.safetensors) was not written"));
   EXPECT_FALSE(std::filesystem::exists(dir / "step-000040"));
   EXPECT_EQ(FindLatestCheckpoint(dir.path()), std::nullopt);
@@ -363,7 +352,7 @@ TEST(ShardedCheckpointTest, CommitRefusesAMissingShardNamingTheRegion) {
   Rank& last = ranks.back();
   FillFromGlobal(&last);
   WriteShard(staging, last.shard, last.table, last.params.data(), nullptr, nullptr);
-  EXPECT_THAT(ErrorOf([&] { CommitCheckpoint(dir.path(), staging, meta); }),
+  EXPECT_THAT(KindAndErrorOf([&] { CommitCheckpoint(dir.path(), staging, meta); }),
               HasSubstr("tensor \"m.attprojw\": [2:4, 0:16, 8:16] of [0:4, 0:16, 0:16] is in "
                         "no shard"));
   // A shard set that overlaps (a whole-model shard beside the tp shards) is refused too.
@@ -371,7 +360,7 @@ TEST(ShardedCheckpointTest, CommitRefusesAMissingShardNamingTheRegion) {
   FillFromGlobal(&whole);
   WriteShard(staging, "whole", whole.table, whole.params.data(), whole.m.data(), whole.v.data());
   meta.shards.clear();
-  EXPECT_THAT(ErrorOf([&] { CommitCheckpoint(dir.path(), staging, meta); }),
+  EXPECT_THAT(KindAndErrorOf([&] { CommitCheckpoint(dir.path(), staging, meta); }),
               HasSubstr("tensor \"attprojb\": model-pp00-tp00.safetensors and "
                         "model-whole.safetensors both hold [0:2, 0:16]"));
   EXPECT_EQ(FindLatestCheckpoint(dir.path()), std::nullopt);
@@ -507,7 +496,7 @@ TEST(ShardedCheckpointTest, ZeroOneRangesSaveWithoutGatheringAndLoadUnderAnyOthe
   ASSERT_EQ(0, setrlimit(RLIMIT_NOFILE, &few));
   for (const Layout& to : {Layout{1, {4}}, Layout{4, {2, 2}}}) {
     for (Rank& rank : RanksOf(to)) {
-      std::string error = ErrorOf([&] {
+      std::string error = KindAndErrorOf([&] {
         LoadShardedCheckpoint(ck, Dims(), rank.table, rank.params.data(), rank.m.data(),
                               rank.v.data());
       });
@@ -593,7 +582,7 @@ TEST(ShardedCheckpointTest, LoadErrorsNameTheFileAndWhatWasExpected) {
   LoadShardedCheckpoint(ck, Dims(), rank.table, rank.params.data(), nullptr, nullptr);
   EXPECT_EQ(Mismatches(rank, false), 0);
   EXPECT_FALSE(ReadCheckpointMeta(ck).has_optimizer_state);
-  EXPECT_THAT(ErrorOf([&] {
+  EXPECT_THAT(KindAndErrorOf([&] {
                 LoadShardedCheckpoint(ck, Dims(), rank.table, rank.params.data(), rank.m.data(),
                                       rank.v.data());
               }),
@@ -605,16 +594,16 @@ TEST(ShardedCheckpointTest, LoadErrorsNameTheFileAndWhatWasExpected) {
   std::vector<TensorInfo> other_table = ShardTable(other, ModelShard{});
   std::vector<float> buf(ParamCount(other_table));
   EXPECT_THAT(
-      ErrorOf([&] { LoadShardedCheckpoint(ck, other, other_table, buf.data(), nullptr, nullptr); }),
+      KindAndErrorOf([&] { LoadShardedCheckpoint(ck, other, other_table, buf.data(), nullptr, nullptr); }),
       HasSubstr("checkpoint model L=4 C=16 NH=4 maxT=8 V=24 does not match the "
                 "configured model L=4 C=16 NH=4 maxT=8 V=32"));
   std::filesystem::resize_file(ck + "/model-pp01-tp00.safetensors", 100);
-  EXPECT_THAT(ErrorOf([&] {
+  EXPECT_THAT(KindAndErrorOf([&] {
                 LoadShardedCheckpoint(ck, Dims(), rank.table, rank.params.data(), nullptr, nullptr);
               }),
               HasSubstr("model-pp01-tp00.safetensors: 100 bytes, the manifest lists"));
   std::filesystem::remove(ck + "/model-pp01-tp00.safetensors");
-  EXPECT_THAT(ErrorOf([&] {
+  EXPECT_THAT(KindAndErrorOf([&] {
                 LoadShardedCheckpoint(ck, Dims(), rank.table, rank.params.data(), nullptr, nullptr);
               }),
               HasSubstr("model-pp01-tp00.safetensors: missing (listed in"));
@@ -634,7 +623,7 @@ TEST(ShardedCheckpointTest, LoadRefusesARegionNoShardHolds) {
   manifest.erase(at - 1, end - at + 2);  // the comma before the entry, and the entry
   testing::WriteText(ck + "/manifest.json", manifest);
   Rank whole = RanksOf(Layout{1, {4}})[0];
-  EXPECT_THAT(ErrorOf([&] {
+  EXPECT_THAT(KindAndErrorOf([&] {
                 LoadShardedCheckpoint(ck, Dims(), whole.table, whole.params.data(), nullptr,
                                       nullptr);
               }),

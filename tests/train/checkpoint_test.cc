@@ -25,17 +25,8 @@ namespace loom::train {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::ErrorOf;
 using testing::TempDir;
-
-template <typename F>
-std::string ErrorOf(F fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 TEST(SafetensorsTest, RoundTripAndTheHeaderFormat) {
   TempDir dir;

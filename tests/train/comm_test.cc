@@ -206,30 +206,20 @@ TEST(BootstrapTest, ServiceStoreConnectsAGlooWorld) {
   if (!HaveMultiProcessComm()) GTEST_SKIP() << "built without Gloo";
   MemoryStoreData data;
   const int n = 3;
-  std::vector<std::thread> threads;
-  std::vector<std::string> errors(n);
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        RendezvousConfig rc;
+  testing::RunGlooWorld(
+      n, std::chrono::seconds(30),
+      [&](int, Communicator& c) {
+        std::vector<float> x(10, 1.0f);
+        c.AllReduceSum(x.data(), x.size())->Wait();
+        for (float v : x) ASSERT_EQ(v, static_cast<float>(n));
+      },
+      [&](RendezvousConfig& rc) {
         rc.job = "jobs/j";
         rc.generation = 4;
-        rc.rank = r;
-        rc.world_size = n;
+        rc.store_dir.clear();
         rc.service = "loomd:7070";
         rc.service_store = MemoryStoreFactory(&data);
-        rc.timeout = std::chrono::seconds(30);
-        std::unique_ptr<Communicator> c = ConnectWorld(rc);
-        std::vector<float> x(10, 1.0f);
-        c->AllReduceSum(x.data(), x.size())->Wait();
-        for (float v : x) ASSERT_EQ(v, static_cast<float>(n));
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+      });
   ASSERT_EQ(data.opened.size(), static_cast<size_t>(n));
   for (const std::string& o : data.opened) EXPECT_EQ(o, "loomd:7070 jobs/j 4");
   EXPECT_FALSE(data.values.empty());  // the addresses went through the store

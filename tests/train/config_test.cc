@@ -6,6 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/train/test_util.h"
 #include "worker/train/config/flags.h"
 #include "worker/train/config/job_config.h"
 #include "worker/train/config/json.h"
@@ -16,19 +17,11 @@
 namespace loom::train {
 namespace {
 
+using testing::ErrorOf;
+
 using ::testing::HasSubstr;
 
 // The message of the InputError that `fn` throws ("" when it throws none).
-template <typename F>
-std::string ErrorOf(F fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
-
 JobConfig FromYaml(const std::string& yaml) {
   return JobConfigFromValue(ParseYaml(yaml, "job.yaml"), "job.yaml");
 }

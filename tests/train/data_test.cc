@@ -17,17 +17,8 @@ namespace loom::train {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::ErrorOf;
 using testing::TempDir;
-
-template <typename F>
-std::string ErrorOf(F fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // Writes a token file header (magic, version, count) and `payload_tokens` tokens.
 void WriteRaw(const std::string& path, int32_t magic, int32_t version, int32_t count,

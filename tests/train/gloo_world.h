@@ -19,10 +19,13 @@
 namespace loom::train::testing {
 
 // Runs body(rank, comm) on `n` threads, each with its own communicator of one world (the world
-// communicator of ConnectWorld, so Gloo must be built in: callers skip otherwise). An exception
-// on any rank fails the test, naming the rank.
+// communicator of ConnectWorld, so Gloo must be built in: callers skip otherwise). The ranks meet
+// through a file store in a temporary directory unless `configure` changes the rendezvous (e.g.
+// clears store_dir and sets a service store); it runs on each rank's config. An exception on any
+// rank fails the test, naming the rank.
 inline void RunGlooWorld(int n, std::chrono::milliseconds timeout,
-                         const std::function<void(int, Communicator&)>& body) {
+                         const std::function<void(int, Communicator&)>& body,
+                         const std::function<void(RendezvousConfig&)>& configure = {}) {
   TempDir dir;
   std::vector<std::thread> threads;
   std::vector<std::string> errors(n);
@@ -34,6 +37,7 @@ inline void RunGlooWorld(int n, std::chrono::milliseconds timeout,
         rc.world_size = n;
         rc.store_dir = dir.path();
         rc.timeout = timeout;
+        if (configure) configure(rc);
         std::unique_ptr<Communicator> c = ConnectWorld(rc);
         body(r, *c);
       } catch (const std::exception& e) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/train/gloo_world.h"
 #include "server/rendezvous/rendezvous_store.h"
 #include "server/rpc/rendezvous_service.h"
 #include "worker/train/comm/bootstrap.h"
@@ -96,31 +97,20 @@ TEST_F(GrpcRendezvousStoreTest, UnreachableLoomdIsACommErrorThatSaysSo) {
 
 TEST_F(GrpcRendezvousStoreTest, GlooWorldMeetsThroughTheService) {
   if (!HaveMultiProcessComm()) GTEST_SKIP() << "built without Gloo";
-  const int n = 2;
-  std::vector<std::thread> threads;
-  std::vector<std::string> errors(n);
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        RendezvousConfig rc;
+  testing::RunGlooWorld(
+      2, std::chrono::seconds(30),
+      [](int r, Communicator& c) {
+        std::vector<float> x(100, static_cast<float>(r + 1));
+        c.AllReduceSum(x.data(), x.size())->Wait();
+        for (float v : x) ASSERT_EQ(v, 3.0f);
+      },
+      [&](RendezvousConfig& rc) {
         rc.job = "jobs/gloo";
         rc.generation = 3;
-        rc.rank = r;
-        rc.world_size = n;
+        rc.store_dir.clear();
         rc.service = address_;
         rc.service_store = &OpenGrpcRendezvousStore;
-        rc.timeout = std::chrono::seconds(30);
-        std::unique_ptr<Communicator> c = ConnectWorld(rc);
-        std::vector<float> x(100, static_cast<float>(r + 1));
-        c->AllReduceSum(x.data(), x.size())->Wait();
-        for (float v : x) ASSERT_EQ(v, 3.0f);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+      });
 }
 
 }  // namespace

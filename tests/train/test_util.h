@@ -11,6 +11,7 @@
 #include <string>
 
 #include "worker/train/config/job_config.h"
+#include "worker/train/error.h"
 
 namespace loom::train::testing {
 
@@ -45,6 +46,31 @@ inline std::string ReadText(const std::string& path) {
 }
 
 // A valid config for the tiny preset on the built-in corpus (B=4, T=32 unless changed).
+// The message of the InputError `fn` throws, or "" when it throws none.
+template <typename F>
+std::string ErrorOf(F fn) {
+  try {
+    fn();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The same for an InputError or an IoError, prefixed by which: "InputError: ..." or
+// "IoError: ...".
+template <typename F>
+std::string KindAndErrorOf(F fn) {
+  try {
+    fn();
+  } catch (const InputError& e) {
+    return std::string("InputError: ") + e.what();
+  } catch (const IoError& e) {
+    return std::string("IoError: ") + e.what();
+  }
+  return "";
+}
+
 inline JobConfig TinyConfig(int64_t steps) {
   JobConfig c;
   c.preset = "tiny";

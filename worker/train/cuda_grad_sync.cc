@@ -35,10 +35,7 @@ CudaGradSync::CudaGradSync(GptCuda* model, NcclCommunicator* comm, size_t bucket
   comm_->SetComputeStream(compute_);
   // The CPU's plan, in bf16 elements, moved onto the padded device layout.
   const std::vector<TensorInfo>& table = model->tensors();
-  const PaddedLayout layout = MakePaddedLayout(table, GptCuda::kVocabMultiple);
-  LOOM_CHECK(
-      layout.total == model->num_dev_params() && layout.padded_vocab == model->padded_vocab(),
-      "the model's device layout is not padded_layout.h's");
+  const PaddedLayout& layout = model->layout();
   const std::vector<GradBucketPlan> plan = ToPaddedLayout(
       PlanGradBuckets(table, model->dims().layers, bucket_bytes, sizeof(bf16)), table, layout);
   CachingAllocator* allocator = model->allocator();

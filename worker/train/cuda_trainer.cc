@@ -170,8 +170,7 @@ StepResult CudaTrainer::Step() {
   r.device_allocations = stats.num_device_allocs - alloc_watch_.seen;
   alloc_watch_.seen = stats.num_device_allocs;
   ++alloc_watch_.steps;
-  int device = 0;
-  r.device = cudaGetDevice(&device) == cudaSuccess ? "cuda:" + std::to_string(device) : "cuda";
+  r.device = "cuda:" + std::to_string(model_.device());
   if (r.device_allocations > 0 && alloc_watch_.steps > DeviceAllocWatch::kAllocFreeAfterSteps &&
       !alloc_watch_.warned) {
     // Each new segment is a cudaMalloc, which synchronises the device: a step that keeps

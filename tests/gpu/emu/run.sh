@@ -10,12 +10,7 @@ ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 OUT=$ROOT/build-emu
 EMU=$ROOT/tests/gpu/emu
-# ccache when present (keyed by content; paths relative to the tree, so clones share entries).
-CXX=(g++)
-if command -v ccache >/dev/null 2>&1; then
-  export CCACHE_BASEDIR="$ROOT" CCACHE_NOHASHDIR=1
-  CXX=(ccache g++)
-fi
+source "$EMU/compiler.sh"
 mkdir -p "$OUT/src" "$OUT/obj"
 # A token chunk of 16 makes the encoder backward's multi-chunk path run at small shapes.
 python3 "$EMU/rewrite_launches.py" "$ROOT" "$OUT/src" kTokenChunk=16

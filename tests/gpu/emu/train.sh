@@ -14,12 +14,7 @@ ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 OUT=$ROOT/build-emu/train
 EMU=$ROOT/tests/gpu/emu
-# ccache when present (keyed by content; paths relative to the tree, so clones share entries).
-CXX=(g++)
-if command -v ccache >/dev/null 2>&1; then
-  export CCACHE_BASEDIR="$ROOT" CCACHE_NOHASHDIR=1
-  CXX=(ccache g++)
-fi
+source "$EMU/compiler.sh"
 mkdir -p "$OUT/src" "$OUT/obj"
 # One build at a time in $OUT (two sessions may run this at once); the runs may overlap.
 exec 9>"$OUT/.lock"

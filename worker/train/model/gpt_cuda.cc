@@ -31,8 +31,6 @@ constexpr const char* kTensorNames[kNumParamTensors] = {
     "wte",  "wpe",  "ln1w", "ln1b", "qkvw",    "qkvb",    "attprojw", "attprojb",
     "ln2w", "ln2b", "fcw",  "fcb",  "fcprojw", "fcprojb", "lnfw",     "lnfb"};
 
-constexpr int kVocabPad = GptCuda::kVocabMultiple;
-
 }  // namespace
 
 GptCuda::GptCuda(const ModelDims& dims, int device) : dims_(dims), device_(device) {
@@ -49,19 +47,8 @@ GptCuda::GptCuda(const ModelDims& dims, int device) : dims_(dims), device_(devic
     LOOM_CHECK(table_[i].name == kTensorNames[i], "unexpected parameter table order");
   }
   num_params_ = ParamCount(table_);
-  const size_t V = static_cast<size_t>(dims.vocab), C = static_cast<size_t>(dims.channels);
-  Vp_ = static_cast<int>(launch::CeilDiv(dims.vocab, kVocabPad) * kVocabPad);
-  const size_t pad = (static_cast<size_t>(Vp_) - V) * C;  // the padding rows of wte
-  LOOM_CHECK(table_[0].offset == 0 && table_[0].numel == V * C, "wte must come first");
-  dev_offset_.resize(kNumParamTensors);
-  dev_numel_.resize(kNumParamTensors);
-  for (int i = 0; i < kNumParamTensors; ++i) {
-    dev_offset_[i] = table_[i].offset + (i == 0 ? 0 : pad);
-    dev_numel_[i] = table_[i].numel + (i == 0 ? pad : 0);
-  }
-  num_dev_params_ = num_params_ + pad;
-
-  const size_t n = num_dev_params_;
+  layout_ = MakePaddedLayout(table_, kVocabMultiple);
+  const size_t n = layout_.total;
   params_ = static_cast<bf16*>(Alloc(n * sizeof(bf16)));
   grads_ = static_cast<bf16*>(Alloc(n * sizeof(bf16)));
   master_ = static_cast<float*>(Alloc(n * sizeof(float)));
@@ -99,7 +86,7 @@ GptCuda::Tensors GptCuda::View(bf16* base) const {
   bf16** fields[kNumParamTensors] = {&t.wte,      &t.wpe,      &t.ln1w, &t.ln1b, &t.qkvw, &t.qkvb,
                                      &t.attprojw, &t.attprojb, &t.ln2w, &t.ln2b, &t.fcw,  &t.fcb,
                                      &t.fcprojw,  &t.fcprojb,  &t.lnfw, &t.lnfb};
-  for (int i = 0; i < kNumParamTensors; ++i) *fields[i] = base + dev_offset_[i];
+  for (int i = 0; i < kNumParamTensors; ++i) *fields[i] = base + layout_.offset[i];
   return t;
 }
 
@@ -107,12 +94,9 @@ void GptCuda::InitWeights(uint64_t seed) {
   // The CPU model's initialisation, bit for bit, then the padded device layout.
   std::vector<float> host(num_params_);
   InitParams(host.data(), table_, dims_.layers, seed);
-  std::vector<float> padded(num_dev_params_, 0.0f);  // wte's padding rows stay 0
-  for (int i = 0; i < kNumParamTensors; ++i) {
-    std::copy(host.begin() + table_[i].offset, host.begin() + table_[i].offset + table_[i].numel,
-              padded.begin() + dev_offset_[i]);
-  }
-  const size_t n = num_dev_params_;
+  std::vector<float> padded(layout_.total);  // wte's padding rows are 0
+  PadToDevice(layout_, table_, host.data(), padded.data());
+  const size_t n = layout_.total;
   LOOM_CUDA_CHECK(
       cudaMemcpyAsync(master_, padded.data(), n * sizeof(float), cudaMemcpyHostToDevice, stream_));
   kc::cast_f32_to_bf16(params_, master_, static_cast<long>(n), stream_);
@@ -128,7 +112,7 @@ void GptCuda::Reserve(int B, int T) {
   LOOM_CHECK(T >= 1 && T <= dims_.max_seq_len, "sequence length must be in [1, maxT]");
   if (B == B_ && T == T_) return;
   FreeActivations();
-  const size_t L = dims_.layers, C = dims_.channels, NH = dims_.heads, Vp = Vp_;
+  const size_t L = dims_.layers, C = dims_.channels, NH = dims_.heads, Vp = layout_.padded_vocab;
   const size_t N = static_cast<size_t>(B) * T;
   auto bf = [this](size_t n) {
     void* p = Alloc(n * sizeof(bf16));
@@ -213,8 +197,8 @@ void GptCuda::Forward(const int* tokens, const int* targets) {
   const bf16* out = BlockInput(L);  // residual3 of the last block (B, T, C)
   kc::layernorm_forward(a_.lnf, a_.lnf_mean, a_.lnf_rstd, out, w.lnfw, w.lnfb, N, C, stream_);
   // (N, Vp), tied embedding: wte's padding rows are 0, and the padded columns are never read.
-  kc::matmul_forward(*gemm_, a_.logits, a_.lnf, w.wte, nullptr, N, C, Vp_, stream_);
-  kc::softmax_crossentropy_forward(a_.losses, a_.lse, a_.logits, a_.targets, N, V, Vp_, stream_);
+  kc::matmul_forward(*gemm_, a_.logits, a_.lnf, w.wte, nullptr, N, C, layout_.padded_vocab, stream_);
+  kc::softmax_crossentropy_forward(a_.losses, a_.lse, a_.logits, a_.targets, N, V, layout_.padded_vocab, stream_);
 }
 
 void GptCuda::BlockForward(int l, const Tensors& w) {
@@ -276,7 +260,7 @@ double GptCuda::LossSum() {
 }
 
 void GptCuda::ZeroGrad() {
-  LOOM_CUDA_CHECK(cudaMemsetAsync(grads_, 0, num_dev_params_ * sizeof(bf16), stream_));
+  LOOM_CUDA_CHECK(cudaMemsetAsync(grads_, 0, layout_.total * sizeof(bf16), stream_));
 }
 
 void GptCuda::Backward(float loss_scale, const GradReadyFn& ready) {
@@ -300,11 +284,11 @@ void GptCuda::Backward(float loss_scale, const GradReadyFn& ready) {
     LOOM_CUDA_CHECK(cudaMemsetAsync(buf, 0, n * sizeof(bf16), stream_));
   };
   // dlogits' padded columns stay 0, so wte's padding rows get a zero gradient.
-  zero(s_.dlogits, static_cast<size_t>(N) * Vp_);
+  zero(s_.dlogits, static_cast<size_t>(N) * layout_.padded_vocab);
   kc::softmax_crossentropy_backward(s_.dlogits, a_.logits, a_.lse, a_.targets, s_.dlosses, N, V,
-                                    Vp_, stream_);
+                                    layout_.padded_vocab, stream_);
   zero(s_.dln, NC);
-  kc::matmul_backward(*gemm_, s_.dln, g.wte, nullptr, s_.dlogits, a_.lnf, w.wte, N, C, Vp_,
+  kc::matmul_backward(*gemm_, s_.dln, g.wte, nullptr, s_.dlogits, a_.lnf, w.wte, N, C, layout_.padded_vocab,
                       stream_);
   zero(s_.dresidual, NC);
   kc::layernorm_backward(s_.dresidual, g.lnfw, g.lnfb, s_.ln_scratch, s_.dln, BlockInput(L), w.lnfw,
@@ -391,7 +375,7 @@ void GptCuda::BlockBackward(int l, const Tensors& w, const Tensors& g) {
 
 double GptCuda::GradNorm() {
   // One call over the whole buffer: wte's padding rows hold zeros and add nothing.
-  kc::sum_of_squares(norm_out_, norm_partials_, grads_, static_cast<long>(num_dev_params_),
+  kc::sum_of_squares(norm_out_, norm_partials_, grads_, static_cast<long>(layout_.total),
                      stream_);
   float sumsq = 0.0f;
   LOOM_CUDA_CHECK(
@@ -403,8 +387,8 @@ double GptCuda::GradNorm() {
 void GptCuda::Update(const AdamWConfig& config, float lr, float grad_scale, int64_t t) {
   LOOM_CHECK(t >= 1, "the AdamW step is 1-based");
   for (int i = 0; i < kNumParamTensors; ++i) {
-    const size_t off = dev_offset_[i];
-    const long n = static_cast<long>(dev_numel_[i]);
+    const size_t off = layout_.offset[i];
+    const long n = static_cast<long>(layout_.numel[i]);
     if (n == 0) continue;
     // Weight decay on matrices only (TensorInfo::decay), as the CPU optimizer.
     const float decay = table_[i].decay ? config.weight_decay : 0.0f;
@@ -415,15 +399,12 @@ void GptCuda::Update(const AdamWConfig& config, float lr, float grad_scale, int6
 }
 
 std::vector<float> GptCuda::ParamsToHost() {
-  std::vector<float> padded(num_dev_params_);
-  LOOM_CUDA_CHECK(cudaMemcpyAsync(padded.data(), master_, num_dev_params_ * sizeof(float),
+  std::vector<float> padded(layout_.total);
+  LOOM_CUDA_CHECK(cudaMemcpyAsync(padded.data(), master_, layout_.total * sizeof(float),
                                   cudaMemcpyDeviceToHost, stream_));
   LOOM_CUDA_CHECK(cudaStreamSynchronize(stream_));
   std::vector<float> out(num_params_);
-  for (int i = 0; i < kNumParamTensors; ++i) {
-    std::copy(padded.begin() + dev_offset_[i], padded.begin() + dev_offset_[i] + table_[i].numel,
-              out.begin() + table_[i].offset);
-  }
+  UnpadFromDevice(layout_, table_, padded.data(), out.data());
   return out;
 }
 

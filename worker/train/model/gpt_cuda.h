@@ -32,6 +32,7 @@
 #include "worker/train/device/caching_allocator.h"
 #include "worker/train/device/cuda_memory.h"
 #include "worker/train/model/dims.h"
+#include "worker/train/model/padded_layout.h"
 #include "worker/train/model/params.h"
 #include "worker/train/optim/adamw.h"
 
@@ -114,15 +115,18 @@ class GptCuda {
   void LoadState(const float* params, const float* m, const float* v);
 
   const ModelDims& dims() const { return dims_; }
+  int device() const { return device_; }  // the CUDA device the model lives on
   const std::vector<TensorInfo>& tensors() const { return table_; }
   size_t num_params() const { return num_params_; }
-  int padded_vocab() const { return Vp_; }
+  int padded_vocab() const { return layout_.padded_vocab; }
+  // Where each tensor sits in the parameter-shaped device buffers (padded_layout.h).
+  const PaddedLayout& layout() const { return layout_; }
   cudaStream_t stream() const { return stream_; }
   AllocatorStats memory_stats() const { return allocator_->GetStats(); }
   // The gradients (num_dev_params, bf16) in the padded layout, and the allocator every device
   // buffer of the model comes from: for the data-parallel gradient buckets (cuda_grad_sync.h).
   bf16* grads() { return grads_; }
-  size_t num_dev_params() const { return num_dev_params_; }
+  size_t num_dev_params() const { return layout_.total; }
   CachingAllocator* allocator() { return allocator_.get(); }
   // Device bytes outside the allocator (the GEMM context's workspace).
   size_t fixed_bytes() const { return gemm_->workspace_bytes(); }
@@ -183,12 +187,11 @@ class GptCuda {
 
   ModelDims dims_;
   int device_ = 0;
-  int Vp_ = 0;                      // padded vocabulary
   std::vector<TensorInfo> table_;   // the CPU model's table (unpadded)
-  std::vector<size_t> dev_offset_;  // per tensor: elements from the start of the device buffers
-  std::vector<size_t> dev_numel_;   // per tensor: elements in the device buffers (wte padded)
   size_t num_params_ = 0;           // the table's total (unpadded)
-  size_t num_dev_params_ = 0;       // the device buffers' length: num_params_ + (Vp - V) * C
+  // The device buffers' layout: the table's, wte padded to Vp rows; total = num_params_ + (Vp -
+  // V) * C.
+  PaddedLayout layout_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<loom::kernels::cuda::GemmContext> gemm_;
   std::unique_ptr<CudaMemory> memory_;

@@ -6,17 +6,13 @@
 #include "kernels/cuda/check.h"
 #include "worker/train/error.h"
 #include "worker/train/model/gpt_cuda.h"
-#include "worker/train/model/padded_layout.h"
 
 namespace loom::train {
 
 namespace kc = loom::kernels::cuda;
 
 GptCuda::HostState GptCuda::StateToHost() {
-  const PaddedLayout layout = MakePaddedLayout(table_, kVocabMultiple);
-  LOOM_CHECK(layout.total == num_dev_params_ && layout.padded_vocab == Vp_,
-             "the padded layout disagrees with the device buffers");
-  const size_t n = num_dev_params_;
+  const size_t n = layout_.total;
   std::vector<float> master(n), m(n), v(n);  // padded, pageable: synchronised below
   LOOM_CUDA_CHECK(cudaMemcpyAsync(master.data(), master_, n * sizeof(float),
                                   cudaMemcpyDeviceToHost, stream_));
@@ -29,21 +25,18 @@ GptCuda::HostState GptCuda::StateToHost() {
   state.params.resize(num_params_);
   state.m.resize(num_params_);
   state.v.resize(num_params_);
-  UnpadFromDevice(layout, table_, master.data(), state.params.data());
-  UnpadFromDevice(layout, table_, m.data(), state.m.data());
-  UnpadFromDevice(layout, table_, v.data(), state.v.data());
+  UnpadFromDevice(layout_, table_, master.data(), state.params.data());
+  UnpadFromDevice(layout_, table_, m.data(), state.m.data());
+  UnpadFromDevice(layout_, table_, v.data(), state.v.data());
   return state;
 }
 
 void GptCuda::LoadState(const float* params, const float* m, const float* v) {
   LOOM_CHECK(params != nullptr && (m == nullptr) == (v == nullptr),
              "LoadState needs the parameters, and both moments or neither");
-  const PaddedLayout layout = MakePaddedLayout(table_, kVocabMultiple);
-  LOOM_CHECK(layout.total == num_dev_params_ && layout.padded_vocab == Vp_,
-             "the padded layout disagrees with the device buffers");
-  const size_t n = num_dev_params_;
+  const size_t n = layout_.total;
   std::vector<float> padded(n);  // pageable: synchronised below before it goes away
-  PadToDevice(layout, table_, params, padded.data());
+  PadToDevice(layout_, table_, params, padded.data());
   LOOM_CUDA_CHECK(
       cudaMemcpyAsync(master_, padded.data(), n * sizeof(float), cudaMemcpyHostToDevice, stream_));
   kc::cast_f32_to_bf16(params_, master_, static_cast<long>(n), stream_);
@@ -51,8 +44,8 @@ void GptCuda::LoadState(const float* params, const float* m, const float* v) {
   if (m != nullptr) {
     padded_m.resize(n);
     padded_v.resize(n);
-    PadToDevice(layout, table_, m, padded_m.data());
-    PadToDevice(layout, table_, v, padded_v.data());
+    PadToDevice(layout_, table_, m, padded_m.data());
+    PadToDevice(layout_, table_, v, padded_v.data());
     LOOM_CUDA_CHECK(cudaMemcpyAsync(m_, padded_m.data(), n * sizeof(float),
                                     cudaMemcpyHostToDevice, stream_));
     LOOM_CUDA_CHECK(cudaMemcpyAsync(v_, padded_v.data(), n * sizeof(float),
