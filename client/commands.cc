@@ -202,6 +202,7 @@ int RunLogs(CommandContext& ctx, const LogsArgs& args) {
   request.set_follow(args.follow);
   if (args.rank.has_value()) request.set_rank(*args.rank);
   grpc::ClientContext context;
+  ctx.connection->PrepareStream(&context);
   std::unique_ptr<grpc::ClientReaderInterface<loom::v1::LogLine>> reader =
       ctx.connection->jobs().StreamJobLogs(&context, request);
   loom::v1::LogLine line;

@@ -55,6 +55,7 @@ absl::StatusOr<loom::v1::Job> FollowJob(Connection& connection, const std::strin
     absl::Status stream_status;
     {
       grpc::ClientContext context;
+      connection.PrepareStream(&context);
       loom::v1::WatchJobRequest request;
       request.set_name(name);
       std::unique_ptr<grpc::ClientReaderInterface<loom::v1::JobUpdate>> reader =

@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "client/commands.h"
 #include "client/connection.h"
+#include "common/tls.h"
 #include "client/exit_codes.h"
 #include "client/output_format.h"
 
@@ -23,12 +24,25 @@ int main(int argc, char** argv) {
   std::string server;
   std::string output = "table";
   double timeout_seconds = 10;
+  std::string token, token_file;
+  loom::TlsFiles tls;
+  bool insecure = false;
   app.add_option("--server", server,
                  "loomd address host:port (default: $LOOM_SERVER, else 127.0.0.1:7070)");
   app.add_option("-o,--output", output, "Output format: table, json or yaml")
       ->check(CLI::IsMember({"table", "json", "yaml"}));
   app.add_option("--timeout", timeout_seconds, "Deadline of each request, in seconds")
       ->check(CLI::PositiveNumber);
+  app.add_option("--token-file", token_file,
+                 "File (mode 600) with your bearer token (default: $LOOM_TOKEN_FILE, else the "
+                 "token in $LOOM_TOKEN)");
+  app.add_option("--token", token, "Bearer token (prefer --token-file: flags show in ps)");
+  app.add_option("--tls-ca", tls.ca,
+                 "PEM CA bundle that verifies loomd (default: $LOOM_TLS_CA; else loopback is "
+                 "plaintext and other hosts use the system's roots)");
+  app.add_option("--tls-cert", tls.cert, "PEM client certificate (user:TENANT or admin:TENANT)");
+  app.add_option("--tls-key", tls.key, "PEM private key of --tls-cert");
+  app.add_flag("--insecure", insecure, "Plaintext even to a host that is not loopback");
 
   SubmitArgs submit_args;
   CLI::App* submit = app.add_subcommand("submit", "Submit a job from a YAML spec");
@@ -81,8 +95,21 @@ int main(int argc, char** argv) {
     return rc == 0 ? kExitOk : kExitInvalidInput;
   }
 
-  Connection connection(ResolveServerAddress(server),
-                        absl::Milliseconds(static_cast<int64_t>(timeout_seconds * 1000)));
+  if (tls.ca.empty()) {
+    if (const char* env = std::getenv("LOOM_TLS_CA"); env != nullptr) tls.ca = env;
+  }
+  const std::string address = ResolveServerAddress(server);
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      loom::MakeChannelCredentials(tls, insecure, address, "--tls");
+  absl::StatusOr<std::string> bearer = ResolveToken(token, token_file);
+  for (const absl::Status& s : {credentials.status(), bearer.status()}) {
+    if (!s.ok()) {
+      std::cerr << "loomctl: " << s.message() << "\n";
+      return kExitInvalidInput;
+    }
+  }
+  Connection connection(address, absl::Milliseconds(static_cast<int64_t>(timeout_seconds * 1000)),
+                        *credentials, *bearer);
   CommandContext ctx;
   ctx.connection = &connection;
   ctx.format = *ParseOutputFormat(output);  // checked by CLI::IsMember above

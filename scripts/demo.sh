@@ -13,7 +13,8 @@ bash scripts/build.sh
 run=.cache/demo-cluster
 trap 'deploy/local/cluster.sh down "$run"' EXIT
 deploy/local/cluster.sh up "$run" 2
-export LOOM_SERVER=$(cat "$run/server")
+# LOOM_SERVER, and the CA and user token of the cluster's TLS and tokens.
+. "$run/env"
 
 build/bin/loomctl nodes
 job=$(build/bin/loomctl submit -f examples/demo.yaml -o json |

@@ -4,6 +4,7 @@
 //   loomd --state-dir=DIR [--listen=HOST:PORT] [--metrics-listen=HOST:PORT]
 //         [--ready-file=PATH] [--advertise=HOST:PORT]
 //         [--heartbeat-interval-ms=1000] [--node-timeout-ms=10000]
+//         (--tls-cert=PEM --tls-key=PEM [--tls-client-ca=PEM] [--tokens-file=FILE] | --insecure)
 //
 // Exit status: 0 after a graceful stop (SIGTERM/SIGINT), 2 for bad flags, 1 when it cannot
 // start (state dir unusable, port taken).
@@ -49,6 +50,18 @@ int main(int argc, char** argv) {
                  "A node silent this long is LOST and its jobs fail over")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{86'400'000}));
+  app.add_option("--tls-cert", config.tls.cert,
+                 "PEM certificate (chain) of loomd's gRPC port; re-read when it changes");
+  app.add_option("--tls-key", config.tls.key, "PEM private key of --tls-cert");
+  app.add_option("--tls-client-ca", config.tls.ca,
+                 "PEM CA bundle that verifies client certificates (mutual TLS: workers as "
+                 "node:NODE_ID, people as user:TENANT or admin:TENANT)");
+  app.add_option("--tokens-file", config.tokens_file,
+                 "Bearer tokens, one `ROLE SUBJECT TOKEN` per line (roles user, admin, node; "
+                 "mode 600); re-read when it changes");
+  app.add_flag("--insecure", config.insecure,
+               "Plaintext gRPC, for loopback development only; without --tokens-file every "
+               "caller is admin");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # A local Loom cluster on loopback: one loomd and N loom-worker processes, each on port 0, with
 # their bound addresses in ready files. Usage:
-#   deploy/local/cluster.sh up [RUN_DIR] [WORKERS]   start; prints the LOOM_SERVER to use
+#   deploy/local/cluster.sh up [RUN_DIR] [WORKERS]   start; writes RUN_DIR/env to source
 #   deploy/local/cluster.sh down [RUN_DIR]           stop everything started by `up`
-# Binaries come from build/bin (LOOM_BIN overrides). Prometheus is started too when installed
-# and LOOM_PROMETHEUS=1, scraping loomd and the workers.
+# Binaries come from build/bin (LOOM_BIN overrides).
+#
+# Secure like a real cluster: scripts/dev-certs.sh makes a development CA, loomd's certificate and
+# tokens in RUN_DIR/certs (kept across runs); loomd serves TLS and checks tokens, the workers join
+# with the node token. `. RUN_DIR/env` sets LOOM_SERVER, LOOM_TLS_CA and LOOM_TOKEN_FILE (the user
+# token of tenant "dev") for loomctl. LOOM_INSECURE=1 starts the old plaintext, unauthenticated
+# loopback cluster instead.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 bin="${LOOM_BIN:-$root/build/bin}"
@@ -27,19 +32,36 @@ case "$cmd" in
     "$0" down "$run" >/dev/null 2>&1 || true
     mkdir -p "$run"
     rm -f "$run"/*.ready
+    run=$(cd "$run" && pwd)
+    certs="$run/certs"
+    if [[ ${LOOM_INSECURE:-0} == 1 ]]; then
+      loomd_security=(--insecure)
+      worker_security=()
+    else
+      bash "$root/scripts/dev-certs.sh" "$certs" >/dev/null
+      loomd_security=(--tls-cert="$certs/loomd.pem" --tls-key="$certs/loomd.key"
+                      --tls-client-ca="$certs/ca.pem" --tokens-file="$certs/tokens")
+      worker_security=(--tls-ca="$certs/ca.pem" --join-token-file="$certs/node.token")
+    fi
     "$bin/loomd" --listen=127.0.0.1:0 --metrics-listen=127.0.0.1:0 --state-dir="$run/loomd" \
-      --ready-file="$run/loomd.ready" >"$run/loomd.log" 2>&1 &
+      --ready-file="$run/loomd.ready" "${loomd_security[@]}" >"$run/loomd.log" 2>&1 &
     echo $! >"$run/loomd.pid"
     wait_file "$run/loomd.ready" 30
     server=$(json_field "$run/loomd.ready" grpc)
     for ((w = 0; w < workers; w++)); do
       "$bin/loom-worker" --coordinator="$server" --name="worker-$w" --cpu-devices=1 \
         --work-dir="$run/worker-$w" --ready-file="$run/worker-$w.ready" \
-        >"$run/worker-$w.log" 2>&1 &
+        "${worker_security[@]}" >"$run/worker-$w.log" 2>&1 &
       echo $! >"$run/worker-$w.pid"
     done
     for ((w = 0; w < workers; w++)); do wait_file "$run/worker-$w.ready" 30; done
     echo "$server" >"$run/server"
+    {
+      echo "export LOOM_SERVER=$server"
+      if [[ ${LOOM_INSECURE:-0} != 1 ]]; then
+        echo "export LOOM_TLS_CA=$certs/ca.pem LOOM_TOKEN_FILE=$certs/user.token"
+      fi
+    } >"$run/env"
     echo "cluster: loomd at $server (metrics $(json_field "$run/loomd.ready" metrics)), $workers workers; logs in $run"
     ;;
   down)

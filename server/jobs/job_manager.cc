@@ -199,7 +199,8 @@ absl::Status JobManager::TransitionLocked(ActiveJob& active, v1::Job updated, v1
 
 // ---- Jobs -------------------------------------------------------------------------------------
 
-absl::StatusOr<v1::Job> JobManager::CreateJob(const v1::CreateJobRequest& request) {
+absl::StatusOr<v1::Job> JobManager::CreateJob(const v1::CreateJobRequest& request,
+                                              const std::string& tenant) {
   if (request.request_id().size() > 128) {
     return absl::InvalidArgumentError(
         absl::StrCat("request_id must be at most 128 characters (got ", request.request_id().size(),
@@ -215,7 +216,7 @@ absl::StatusOr<v1::Job> JobManager::CreateJob(const v1::CreateJobRequest& reques
     if (shut_down_) return absl::UnavailableError("loomd is shutting down; retry later");
     if (!request.request_id().empty()) {
       ASSIGN_OR_RETURN(std::optional<store::StoredJob> existing,
-                       store_->FindJobByRequestId(request.request_id()));
+                       store_->FindJobByRequestId(store::RequestKey(tenant, request.request_id())));
       if (existing.has_value()) name = existing->job.name();
     }
     if (name.empty()) {
@@ -239,6 +240,7 @@ absl::StatusOr<v1::Job> JobManager::CreateJob(const v1::CreateJobRequest& reques
       *job.mutable_spec() = std::move(accepted.spec);
       *job.mutable_layout() = std::move(accepted.layout);
       job.set_request_id(request.request_id());
+      job.set_tenant(tenant);
       ASSIGN_OR_RETURN(v1::JobEvent event, Transition(job, v1::QUEUED, reason, now));
       ASSIGN_OR_RETURN(int64_t sequence, store_->CreateJob(job, event));
       auto active = std::make_unique<ActiveJob>();
@@ -257,6 +259,35 @@ absl::StatusOr<v1::Job> JobManager::CreateJob(const v1::CreateJobRequest& reques
   }
   return LoadJob(name);
 }
+
+namespace {
+
+// A page of up to `page_size` jobs after `after`, only `tenant`'s when given. The store pages by
+// sequence; other tenants' jobs are skipped by reading further pages, so a page is full whenever
+// enough of the tenant's jobs exist and has_more is exact.
+absl::StatusOr<store::JobPage> ListTenantPage(store::JobStore& store,
+                                              std::optional<v1::JobState> filter, int64_t after,
+                                              int page_size,
+                                              const std::optional<std::string>& tenant) {
+  if (!tenant.has_value()) return store.ListJobs(filter, after, page_size);
+  store::JobPage result;
+  while (true) {
+    ASSIGN_OR_RETURN(store::JobPage page, store.ListJobs(filter, after, 1000));
+    for (store::StoredJob& stored : page.jobs) {
+      after = stored.sequence;
+      const std::string& owner = stored.job.tenant();
+      if ((owner.empty() ? std::string_view(auth::kDefaultTenant) : owner) != *tenant) continue;
+      if (static_cast<int>(result.jobs.size()) == page_size) {
+        result.has_more = true;
+        return result;
+      }
+      result.jobs.push_back(std::move(stored));
+    }
+    if (!page.has_more) return result;
+  }
+}
+
+}  // namespace
 
 absl::StatusOr<v1::Job> JobManager::LoadJob(std::string_view name) {
   RETURN_IF_ERROR(ParseJobName(name).status());
@@ -296,7 +327,8 @@ absl::StatusOr<v1::PlanJobResponse> JobManager::PlanJob(const v1::PlanJobRequest
       calibrator_ != nullptr ? calibrator_->Applicable() : planner_service::CalibrationByModel());
 }
 
-absl::StatusOr<v1::ListJobsResponse> JobManager::ListJobs(const v1::ListJobsRequest& request) {
+absl::StatusOr<v1::ListJobsResponse> JobManager::ListJobs(
+    const v1::ListJobsRequest& request, const std::optional<std::string>& tenant) {
   if (request.page_size() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("page_size must be 1..1000 (got ", request.page_size(), "); omit it for 100"));
@@ -315,7 +347,7 @@ absl::StatusOr<v1::ListJobsResponse> JobManager::ListJobs(const v1::ListJobsRequ
   }
   std::optional<v1::JobState> filter;
   if (request.state() != v1::JOB_STATE_UNSPECIFIED) filter = request.state();
-  ASSIGN_OR_RETURN(store::JobPage page, store_->ListJobs(filter, after, page_size));
+  ASSIGN_OR_RETURN(store::JobPage page, ListTenantPage(*store_, filter, after, page_size, tenant));
   v1::ListJobsResponse response;
   absl::MutexLock lock(&mu_);
   for (store::StoredJob& stored : page.jobs) {
@@ -484,6 +516,9 @@ void JobManager::LaunchLocked(ActiveJob& active, const std::vector<v1::Placement
       r->set_device_kind(active.kind);
     }
     a->set_rendezvous_address(rendezvous_address_);
+    if (options_.rendezvous_secret) {
+      a->set_rendezvous_secret(options_.rendezvous_secret(job.name(), job.generation()));
+    }
     a->set_num_nodes(job.placements_size());
     a->set_node_rank(i);
     if (!nodes_.Send(p.node(), message)) {

@@ -50,6 +50,7 @@
 #include "common/clock.h"
 #include "loom/v1/job.pb.h"
 #include "loom/v1/node.pb.h"
+#include "server/auth/principal.h"
 #include "server/calibration/calibrator.h"
 #include "server/jobs/job_watchers.h"
 #include "server/jobs/log_store.h"
@@ -77,6 +78,9 @@ struct JobManagerOptions {
   // host:port that ranks use for the RendezvousService (loomd's --advertise). Nothing is
   // scheduled while it is empty (see SetRendezvousAddress).
   std::string rendezvous_address;
+  // The secret a gang's ranks present to the RendezvousService (auth/rendezvous_secrets.h), put
+  // into every Assignment; empty function: none.
+  std::function<std::string(const std::string& job, int64_t generation)> rendezvous_secret;
   // How often workers heartbeat (sent to them) and how long a silent node stays READY.
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration node_timeout = absl::Seconds(10);
@@ -105,14 +109,17 @@ class JobManager {
 
   // ---- Jobs (JobService) ----
 
-  // Validates and stores a new QUEUED job, then schedules. A non-empty request_id already used
-  // returns the job created with it (no second job). Malformed input writes nothing.
-  absl::StatusOr<v1::Job> CreateJob(const v1::CreateJobRequest& request);
+  // Validates and stores a new QUEUED job owned by `tenant`, then schedules. A non-empty
+  // request_id already used by the same tenant returns the job created with it (no second job);
+  // request ids of different tenants never meet. Malformed input writes nothing.
+  absl::StatusOr<v1::Job> CreateJob(const v1::CreateJobRequest& request,
+                                    const std::string& tenant = auth::kDefaultTenant);
   // The job with its event log. INVALID_ARGUMENT for a malformed name, NOT_FOUND if unknown.
   absl::StatusOr<v1::Job> GetJob(std::string_view name);
-  // A page of jobs, oldest first (see ListJobsRequest); INVALID_ARGUMENT for a bad page_size
-  // or page_token.
-  absl::StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request);
+  // A page of jobs, oldest first (see ListJobsRequest), only `tenant`'s when given;
+  // INVALID_ARGUMENT for a bad page_size or page_token.
+  absl::StatusOr<v1::ListJobsResponse> ListJobs(
+      const v1::ListJobsRequest& request, const std::optional<std::string>& tenant = std::nullopt);
   // Moves a non-terminal job to CANCELLED and cancels its ranks on every node;
   // FAILED_PRECONDITION for a terminal job.
   absl::StatusOr<v1::Job> CancelJob(std::string_view name);
@@ -127,12 +134,13 @@ class JobManager {
   // ---- Nodes (NodeService) ----
 
   // Validates and stores the node (READY; a known node gets its inventory replaced), then
-  // schedules.
+  // schedules. ALREADY_EXISTS while the node id is live (a session open and heard from within the
+  // node timeout): a second worker cannot take over a running node's id.
   absl::StatusOr<v1::RegisterNodeResponse> RegisterNode(const v1::RegisterNodeRequest& request);
   v1::ListNodesResponse ListNodes();
 
-  // Starts a session for the node of `hello` (which must be registered), replacing any earlier
-  // one, and reconciles what the worker runs with the store (see the .cc). Returns the session
+  // Starts a session for the node of `hello` (which must be registered), replacing an earlier one
+  // only when that one is no longer live (ALREADY_EXISTS otherwise), and reconciles what the worker runs with the store (see the .cc). Returns the session
   // id to pass to the calls below. FAILED_PRECONDITION for an unregistered node.
   absl::StatusOr<uint64_t> OpenSession(const v1::SessionHello& hello,
                                        std::shared_ptr<nodes::SessionSink> sink);
@@ -247,6 +255,10 @@ class JobManager {
                                bool quiet) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fails over gangs whose node did not account for them within the reconcile grace.
   void CheckMissingLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ALREADY_EXISTS when the node has a live session (see RegisterNode); `field` names the
+  // request field in the message. Requires mu_.
+  absl::Status RefuseLiveNodeLocked(const std::string& node_name, absl::string_view field)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Marks nodes LOST whose last message is older than the node timeout. Requires mu_.
   void CheckNodesLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status PersistNodeLocked(nodes::NodeEntry& entry, v1::NodeState state)

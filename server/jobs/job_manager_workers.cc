@@ -40,6 +40,7 @@ absl::StatusOr<v1::RegisterNodeResponse> JobManager::RegisterNode(
   absl::MutexLock lock(&mu_);
   if (shut_down_) return absl::UnavailableError("loomd is shutting down; retry later");
   const absl::Time now = clock_->Now();
+  RETURN_IF_ERROR(RefuseLiveNodeLocked(nodes::NodeName(request.node_id()), "node_id"));
   const v1::Node node = nodes_.Registered(request, now);
   RETURN_IF_ERROR(store_->PutNode(node));
   const bool known = nodes_.Find(node.name()) != nullptr;
@@ -54,6 +55,20 @@ absl::StatusOr<v1::RegisterNodeResponse> JobManager::RegisterNode(
   response.set_heartbeat_interval_ms(
       static_cast<int32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
   return response;
+}
+
+absl::Status JobManager::RefuseLiveNodeLocked(const std::string& node_name,
+                                              absl::string_view field) {
+  const nodes::NodeEntry* entry = nodes_.Find(node_name);
+  if (entry == nullptr || entry->session == nullptr) return absl::OkStatus();
+  const absl::Duration silent = clock_->Now() - entry->last_seen;
+  if (silent >= options_.node_timeout) return absl::OkStatus();
+  return absl::AlreadyExistsError(absl::StrCat(
+      field, ": ", node_name, " is live (its session is open, last heard from ",
+      absl::FormatDuration(absl::Trunc(silent, absl::Milliseconds(1))),
+      " ago); a second worker cannot take over its id. Give this worker another --node-id, or "
+      "stop the other one (its id is free once its session ends or after the node timeout, ",
+      absl::FormatDuration(options_.node_timeout), ")"));
 }
 
 v1::ListNodesResponse JobManager::ListNodes() {
@@ -99,6 +114,7 @@ absl::StatusOr<uint64_t> JobManager::OpenSession(const v1::SessionHello& hello,
         absl::StrCat("hello.node_id \"", hello.node_id(),
                      "\" is not registered; call RegisterNode before opening a session"));
   }
+  RETURN_IF_ERROR(RefuseLiveNodeLocked(node_name, "hello.node_id"));
   entry->last_seen = clock_->Now();
   if (entry->node.state() != v1::NODE_STATE_READY) {
     RETURN_IF_ERROR(PersistNodeLocked(*entry, v1::NODE_STATE_READY));

@@ -64,12 +64,18 @@ absl::Status RendezvousStore::PutLocked(const ScopeKey& scope_key, const std::st
         absl::StrCat("scope ", scope_key.first, " generation ", scope_key.second, " already holds ",
                      kMaxKeysPerScope, " keys; reuse keys instead of creating new ones"));
   }
+  if (scope.bytes - old_bytes + new_bytes > kMaxScopeBytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "scope ", scope_key.first, " generation ", scope_key.second, " would hold over ",
+        kMaxScopeBytes >> 20, " MiB (its quota); values are meant for small bootstrap data"));
+  }
   if (total_bytes_ - old_bytes + new_bytes > kMaxTotalBytes) {
     return absl::ResourceExhaustedError(
         absl::StrCat("the rendezvous store is full (", kMaxTotalBytes >> 20,
                      " MiB); values are meant for small bootstrap data"));
   }
   total_bytes_ = total_bytes_ - old_bytes + new_bytes;
+  scope.bytes = scope.bytes - old_bytes + new_bytes;
   scope.values[key] = std::move(value);
   changed_.SignalAll();
   return absl::OkStatus();

@@ -31,6 +31,10 @@ inline constexpr size_t kMaxKeyLength = 512;
 inline constexpr size_t kMaxValueBytes = 1 << 20;
 inline constexpr int kMaxWaitKeys = 4096;
 inline constexpr size_t kMaxKeysPerScope = 65536;
+// Bytes (keys + values) one (job, generation) may hold: far above what a gang's bootstrap needs
+// (an NCCL id is 128 bytes, Gloo's store a few hundred bytes per rank and context), and small
+// enough that one job cannot fill the store and starve every other job's start.
+inline constexpr size_t kMaxScopeBytes = size_t{16} << 20;
 inline constexpr size_t kMaxTotalBytes = size_t{512} << 20;
 inline constexpr absl::Duration kDefaultWaitTimeout = absl::Milliseconds(300000);
 inline constexpr absl::Duration kMaxWaitTimeout = absl::Hours(24);
@@ -84,6 +88,7 @@ class RendezvousStore {
   using ScopeKey = std::pair<std::string, int64_t>;  // (job, generation)
   struct Scope {
     std::map<std::string, std::string, std::less<>> values;
+    size_t bytes = 0;  // keys + values held
     uint64_t epoch = 0;  // which incarnation of the scope; a dropped scope gets a new one
   };
 

@@ -6,43 +6,77 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "server/jobs/job_state_machine.h"
+#include "server/rpc/call_auth.h"
 
 namespace loom::rpc {
+namespace {
 
-grpc::Status JobServiceImpl::CreateJob(grpc::ServerContext*, const v1::CreateJobRequest* request,
-                                       v1::Job* response) {
-  absl::StatusOr<v1::Job> job = manager_->CreateJob(*request);
+// The caller, if it may act on job `name`; the job as stored is returned through `job`.
+absl::StatusOr<auth::Principal> AuthorizeJob(const grpc::ServerContext* context,
+                                             auth::Authenticator* authenticator,
+                                             jobs::JobManager* manager, const std::string& name,
+                                             v1::Job* job) {
+  absl::StatusOr<auth::Principal> who = AuthenticatePerson(context, authenticator);
+  if (!who.ok()) return who.status();
+  absl::StatusOr<v1::Job> found = manager->GetJob(name);
+  if (!found.ok()) return found.status();
+  if (absl::Status s = CheckJobAccess(*who, *found); !s.ok()) return s;
+  if (job != nullptr) *job = std::move(*found);
+  return who;
+}
+
+}  // namespace
+
+grpc::Status JobServiceImpl::CreateJob(grpc::ServerContext* context,
+                                       const v1::CreateJobRequest* request, v1::Job* response) {
+  absl::StatusOr<auth::Principal> who = AuthenticatePerson(context, authenticator_);
+  if (!who.ok()) return ToGrpcStatus(who.status());
+  absl::StatusOr<v1::Job> job = manager_->CreateJob(*request, who->subject);
   if (!job.ok()) return ToGrpcStatus(job.status());
   *response = std::move(*job);
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::GetJob(grpc::ServerContext*, const v1::GetJobRequest* request,
+grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
                                     v1::Job* response) {
-  absl::StatusOr<v1::Job> job = manager_->GetJob(request->name());
-  if (!job.ok()) return ToGrpcStatus(job.status());
-  *response = std::move(*job);
+  absl::StatusOr<auth::Principal> who =
+      AuthorizeJob(context, authenticator_, manager_, request->name(), response);
+  if (!who.ok()) return ToGrpcStatus(who.status());
+  RedactForeign(*who, response);
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* request,
+grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* context,
+                                      const v1::ListJobsRequest* request,
                                       v1::ListJobsResponse* response) {
-  absl::StatusOr<v1::ListJobsResponse> page = manager_->ListJobs(*request);
+  absl::StatusOr<auth::Principal> who = AuthenticatePerson(context, authenticator_);
+  if (!who.ok()) return ToGrpcStatus(who.status());
+  std::optional<std::string> tenant;
+  if (!who->is_admin()) tenant = who->subject;
+  absl::StatusOr<v1::ListJobsResponse> page = manager_->ListJobs(*request, tenant);
   if (!page.ok()) return ToGrpcStatus(page.status());
   *response = std::move(*page);
+  for (v1::Job& job : *response->mutable_jobs()) RedactForeign(*who, &job);
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* request,
-                                       v1::Job* response) {
+grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* context,
+                                       const v1::CancelJobRequest* request, v1::Job* response) {
+  absl::StatusOr<auth::Principal> who =
+      AuthorizeJob(context, authenticator_, manager_, request->name(), nullptr);
+  if (!who.ok()) return ToGrpcStatus(who.status());
   absl::StatusOr<v1::Job> job = manager_->CancelJob(request->name());
   if (!job.ok()) return ToGrpcStatus(job.status());
   *response = std::move(*job);
+  RedactForeign(*who, response);
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::PlanJob(grpc::ServerContext*, const v1::PlanJobRequest* request,
+grpc::Status JobServiceImpl::PlanJob(grpc::ServerContext* context,
+                                     const v1::PlanJobRequest* request,
                                      v1::PlanJobResponse* response) {
+  absl::StatusOr<auth::Principal> who = AuthenticatePerson(context, authenticator_);
+  if (!who.ok()) return ToGrpcStatus(who.status());
   absl::StatusOr<v1::PlanJobResponse> plan = manager_->PlanJob(*request);
   if (!plan.ok()) return ToGrpcStatus(plan.status());
   *response = std::move(*plan);
@@ -52,6 +86,9 @@ grpc::Status JobServiceImpl::PlanJob(grpc::ServerContext*, const v1::PlanJobRequ
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* context,
                                       const v1::WatchJobRequest* request,
                                       grpc::ServerWriter<v1::JobUpdate>* writer) {
+  absl::StatusOr<auth::Principal> who =
+      AuthorizeJob(context, authenticator_, manager_, request->name(), nullptr);
+  if (!who.ok()) return ToGrpcStatus(who.status());
   absl::StatusOr<std::shared_ptr<jobs::JobSubscription>> subscription =
       manager_->WatchJob(request->name());
   if (!subscription.ok()) return ToGrpcStatus(subscription.status());
@@ -64,6 +101,7 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* context,
     const bool terminal = jobs::IsTerminal(job->state());
     v1::JobUpdate update;
     *update.mutable_job() = std::move(*job);
+    RedactForeign(*who, update.mutable_job());
     if (!writer->Write(update) || terminal) break;
   }
   return grpc::Status::OK;
@@ -74,6 +112,11 @@ grpc::Status JobServiceImpl::StreamJobLogs(grpc::ServerContext* context,
                                            grpc::ServerWriter<v1::LogLine>* writer) {
   absl::StatusOr<std::string> id = jobs::ParseJobName(request->name());
   if (!id.ok()) return ToGrpcStatus(id.status());
+  if (absl::StatusOr<auth::Principal> who =
+          AuthorizeJob(context, authenticator_, manager_, request->name(), nullptr);
+      !who.ok()) {
+    return ToGrpcStatus(who.status());
+  }
   std::optional<int> rank;
   if (request->has_rank() && request->rank() != -1) {
     if (request->rank() < 0) {

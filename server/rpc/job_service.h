@@ -1,6 +1,9 @@
 // JobService over gRPC: a thin adapter from the wire to JobManager. It converts statuses and
 // runs the two server streams (WatchJob, StreamJobLogs); every decision is the manager's.
 //
+// Every call is authenticated and authorized first (call_auth.h): a tenant sees and acts on its
+// own jobs only.
+//
 // Threading: the sync gRPC API; each call runs on a gRPC handler thread. A stream holds its
 // thread while it waits, polling for client cancellation every kStreamPoll so that a client
 // that goes away frees its thread promptly.
@@ -10,6 +13,7 @@
 
 #include "absl/time/time.h"
 #include "loom/v1/job.grpc.pb.h"
+#include "server/auth/authenticator.h"
 #include "server/jobs/job_manager.h"
 #include "server/jobs/log_store.h"
 
@@ -19,9 +23,10 @@ inline constexpr absl::Duration kStreamPoll = absl::Milliseconds(200);
 
 class JobServiceImpl final : public v1::JobService::Service {
  public:
-  // Both pointers must outlive the service.
-  JobServiceImpl(jobs::JobManager* manager, jobs::LogStore* logs)
-      : manager_(manager), logs_(logs) {}
+  // Every pointer must outlive the service.
+  JobServiceImpl(jobs::JobManager* manager, jobs::LogStore* logs,
+                 auth::Authenticator* authenticator)
+      : manager_(manager), logs_(logs), authenticator_(authenticator) {}
 
   grpc::Status CreateJob(grpc::ServerContext* context, const v1::CreateJobRequest* request,
                          v1::Job* response) override;
@@ -45,6 +50,7 @@ class JobServiceImpl final : public v1::JobService::Service {
  private:
   jobs::JobManager* const manager_;
   jobs::LogStore* const logs_;
+  auth::Authenticator* const authenticator_;
 };
 
 }  // namespace loom::rpc

@@ -47,6 +47,11 @@ absl::Status CheckConfig(const LoomdConfig& config) {
   if (config.node_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--node-timeout-ms must be > 0");
   }
+  if (!config.tls.cert.empty() && config.tokens_file.empty() && config.tls.ca.empty()) {
+    return absl::InvalidArgumentError(
+        "TLS without a way to authenticate callers: give --tokens-file (bearer tokens) and/or "
+        "--tls-client-ca (client certificates)");
+  }
   return absl::OkStatus();
 }
 
@@ -62,7 +67,17 @@ absl::StatusOr<std::unique_ptr<LoomdServer>> LoomdServer::Start(const LoomdConfi
     return absl::FailedPreconditionError(
         absl::StrCat("--state-dir: cannot create \"", config.state_dir, "\": ", ec.message()));
   }
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                   MakeServerCredentials(config.tls, config.insecure, config.listen, "--tls"));
   std::unique_ptr<LoomdServer> s(new LoomdServer());
+  const bool open = config.insecure && config.tokens_file.empty();
+  ASSIGN_OR_RETURN(s->authenticator_, auth::Authenticator::Create(config.tokens_file, open, clock));
+  if (open) {
+    LOOM_LOG(WARNING) << "no authentication (--insecure without --tokens-file): every caller on "
+                         "this loopback address is admin of tenant \"default\"";
+  }
+  ASSIGN_OR_RETURN(s->rendezvous_secrets_, auth::RendezvousSecrets::Open(
+                                               absl::StrCat(config.state_dir, "/rendezvous.key")));
   s->registry_ = std::make_unique<metrics::Registry>();
   s->server_metrics_ = std::make_unique<server_metrics::ServerMetrics>(s->registry_.get());
   const std::string db_path = absl::StrCat(config.state_dir, "/loomd.db");
@@ -85,21 +100,26 @@ absl::StatusOr<std::unique_ptr<LoomdServer>> LoomdServer::Start(const LoomdConfi
   // Empty until the port is bound (when --advertise is not given); nothing is scheduled
   // before SetRendezvousAddress below.
   options.rendezvous_address = config.advertise;
+  const auth::RendezvousSecrets* secrets = s->rendezvous_secrets_.get();
+  options.rendezvous_secret = [secrets](const std::string& job, int64_t generation) {
+    return secrets->SecretFor(job, generation);
+  };
   ASSIGN_OR_RETURN(s->manager_, jobs::JobManager::Create(
                                     s->store_.get(), clock, std::move(validator), s->logs_.get(),
                                     s->rendezvous_.get(), s->server_metrics_.get(), options,
                                     s->calibrator_.get()));
   jobs::JobManager* manager = s->manager_.get();
   s->server_metrics_->SetSnapshotSource([manager] { return manager->MetricsSnapshot(); });
-  s->job_service_ = std::make_unique<JobServiceImpl>(manager, s->logs_.get());
-  s->node_service_ = std::make_unique<NodeServiceImpl>(manager);
-  s->rendezvous_service_ = std::make_unique<RendezvousServiceImpl>(s->rendezvous_.get());
+  s->job_service_ =
+      std::make_unique<JobServiceImpl>(manager, s->logs_.get(), s->authenticator_.get());
+  s->node_service_ = std::make_unique<NodeServiceImpl>(manager, s->authenticator_.get());
+  s->rendezvous_service_ = std::make_unique<RendezvousServiceImpl>(s->rendezvous_.get(), secrets);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(config.listen, credentials, &port);
   builder.SetMaxReceiveMessageSize(config.max_receive_message_bytes);
   builder.RegisterService(s->job_service_.get());
   builder.RegisterService(s->node_service_.get());

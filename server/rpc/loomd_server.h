@@ -17,6 +17,9 @@
 #include "common/clock.h"
 #include "common/metrics.h"
 #include "common/metrics_http_server.h"
+#include "common/tls.h"
+#include "server/auth/authenticator.h"
+#include "server/auth/rendezvous_secrets.h"
 #include "server/calibration/calibration_store.h"
 #include "server/calibration/calibrator.h"
 #include "server/jobs/job_manager.h"
@@ -39,6 +42,13 @@ struct LoomdConfig {
   absl::Duration node_timeout = absl::Seconds(10);
   absl::Duration tick_interval = absl::Milliseconds(100);
   int max_receive_message_bytes = 4 << 20;  // larger requests get RESOURCE_EXHAUSTED
+  // Security (DESIGN.md, "Security"). TLS from --tls-cert/--tls-key, with --tls-client-ca for
+  // client certificates (mutual TLS with workers); callers authenticate with a token from
+  // --tokens-file or a certificate. `insecure` serves plaintext, on loopback only; without a
+  // tokens file it also authenticates nobody (every caller is admin of tenant "default").
+  TlsFiles tls;
+  std::string tokens_file;
+  bool insecure = false;
 };
 
 class LoomdServer {
@@ -74,6 +84,8 @@ class LoomdServer {
   std::unique_ptr<calibration::Calibrator> calibrator_;
   std::unique_ptr<jobs::LogStore> logs_;
   std::unique_ptr<rendezvous::RendezvousStore> rendezvous_;
+  std::unique_ptr<auth::Authenticator> authenticator_;
+  std::unique_ptr<auth::RendezvousSecrets> rendezvous_secrets_;
   std::unique_ptr<jobs::JobManager> manager_;
   std::unique_ptr<JobServiceImpl> job_service_;
   std::unique_ptr<NodeServiceImpl> node_service_;

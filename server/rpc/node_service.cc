@@ -3,25 +3,52 @@
 #include <memory>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
+#include "server/rpc/call_auth.h"
 #include "server/rpc/stream_sink.h"
 
 namespace loom::rpc {
+namespace {
 
-grpc::Status NodeServiceImpl::RegisterNode(grpc::ServerContext*,
+// OK when the caller holds a credential for node `node_id` (or loomd authenticates nobody).
+absl::Status AuthorizeNode(const grpc::ServerContext* context, auth::Authenticator* authenticator,
+                           const std::string& node_id) {
+  absl::StatusOr<auth::Principal> who = Authenticate(context, authenticator);
+  if (!who.ok()) return who.status();
+  if (who->method == "open" || who->may_be_node(node_id)) return absl::OkStatus();
+  if (who->role == auth::Role::kNode) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "this node credential is for node \"", who->subject.substr(0, 63), "\", not \"",
+        node_id.substr(0, 63), "\"; run the worker with --node-id=", who->subject.substr(0, 63)));
+  }
+  return absl::PermissionDeniedError(
+      "registering a node needs a node credential (loom-worker --join-token-file, or a client "
+      "certificate named node:NODE_ID); user and admin credentials cannot pose as a worker");
+}
+
+}  // namespace
+
+grpc::Status NodeServiceImpl::RegisterNode(grpc::ServerContext* context,
                                            const v1::RegisterNodeRequest* request,
                                            v1::RegisterNodeResponse* response) {
+  if (absl::Status s = AuthorizeNode(context, authenticator_, request->node_id()); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
   absl::StatusOr<v1::RegisterNodeResponse> result = manager_->RegisterNode(*request);
   if (!result.ok()) return ToGrpcStatus(result.status());
   *response = std::move(*result);
   return grpc::Status::OK;
 }
 
-grpc::Status NodeServiceImpl::ListNodes(grpc::ServerContext*, const v1::ListNodesRequest*,
+grpc::Status NodeServiceImpl::ListNodes(grpc::ServerContext* context, const v1::ListNodesRequest*,
                                         v1::ListNodesResponse* response) {
+  if (absl::StatusOr<auth::Principal> who = Authenticate(context, authenticator_); !who.ok()) {
+    return ToGrpcStatus(who.status());
+  }
   *response = manager_->ListNodes();
   return grpc::Status::OK;
 }
@@ -38,6 +65,9 @@ grpc::Status NodeServiceImpl::Session(
                         "the first message of a session must be hello (after RegisterNode)");
   }
   const std::string node_id = first.hello().node_id();
+  if (absl::Status s = AuthorizeNode(context, authenticator_, node_id); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
   auto sink = std::make_shared<StreamSink>(context);
   absl::StatusOr<uint64_t> session_id = manager_->OpenSession(first.hello(), sink);
   if (!session_id.ok()) return ToGrpcStatus(session_id.status());

@@ -13,6 +13,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "loom/v1/node.grpc.pb.h"
+#include "server/auth/authenticator.h"
 #include "server/jobs/job_manager.h"
 
 namespace loom::rpc {
@@ -20,7 +21,10 @@ namespace loom::rpc {
 class NodeServiceImpl final : public v1::NodeService::Service {
  public:
   // `manager` must outlive the service.
-  explicit NodeServiceImpl(jobs::JobManager* manager) : manager_(manager) {}
+  // Both must outlive the service. RegisterNode and Session need a node credential for the
+  // node id (call_auth.h); ListNodes any authenticated caller.
+  NodeServiceImpl(jobs::JobManager* manager, auth::Authenticator* authenticator)
+      : manager_(manager), authenticator_(authenticator) {}
 
   grpc::Status RegisterNode(grpc::ServerContext* context, const v1::RegisterNodeRequest* request,
                             v1::RegisterNodeResponse* response) override;
@@ -32,6 +36,7 @@ class NodeServiceImpl final : public v1::NodeService::Service {
 
  private:
   jobs::JobManager* const manager_;
+  auth::Authenticator* const authenticator_;
 };
 
 }  // namespace loom::rpc

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "loom/v1/job.pb.h"
 #include "loom/v1/node.pb.h"
 
@@ -30,19 +31,29 @@ struct JobPage {
   bool has_more = false;        // another page follows the last job of this one
 };
 
+// The key under which a job's idempotency key is unique: request ids are per tenant, so that one
+// tenant's CreateJob can never return another tenant's job. Jobs of the "default" tenant (and
+// those stored before tenants existed) keep the bare request id.
+std::string RequestKey(absl::string_view tenant, absl::string_view request_id);
+inline std::string RequestKey(const v1::Job& job) {
+  return RequestKey(job.tenant(), job.request_id());
+}
+
 class JobStore {
  public:
   virtual ~JobStore() = default;
 
   // Inserts a new job (job.name() is "jobs/{id}", unique) and its first event, atomically.
   // Returns the assigned sequence (strictly increasing across calls). ALREADY_EXISTS if the name
-  // or a non-empty job.request_id() is already taken; then nothing is written.
-  virtual absl::StatusOr<int64_t> CreateJob(const v1::Job& job, const v1::JobEvent& first_event) = 0;
+  // or a non-empty job.request_id() is already taken within the job's tenant (RequestKey); then
+  // nothing is written.
+  virtual absl::StatusOr<int64_t> CreateJob(const v1::Job& job,
+                                            const v1::JobEvent& first_event) = 0;
 
   // NOT_FOUND if no job has this name ("jobs/{id}").
   virtual absl::StatusOr<StoredJob> GetJob(std::string_view name) = 0;
 
-  // The job created with this idempotency key, or nullopt.
+  // The job created with this idempotency key (a RequestKey), or nullopt.
   virtual absl::StatusOr<std::optional<StoredJob>> FindJobByRequestId(
       std::string_view request_id) = 0;
 

@@ -28,10 +28,10 @@ class MemoryJobStore final : public JobStore {
     if (by_name_.count(job.name()) > 0) {
       return absl::AlreadyExistsError(absl::StrCat("job ", job.name(), " already exists"));
     }
-    if (!job.request_id().empty() && by_request_id_.count(job.request_id()) > 0) {
+    if (!job.request_id().empty() && by_request_id_.count(RequestKey(job)) > 0) {
       return absl::AlreadyExistsError(absl::StrCat("request_id \"", job.request_id(),
                                                    "\" was already used to create job ",
-                                                   by_request_id_.find(job.request_id())->second));
+                                                   by_request_id_.find(RequestKey(job))->second));
     }
     const int64_t sequence = ++last_sequence_;
     Entry& entry = jobs_[sequence];
@@ -40,7 +40,7 @@ class MemoryJobStore final : public JobStore {
     event.set_sequence(1);
     entry.events.push_back(std::move(event));
     by_name_[job.name()] = sequence;
-    if (!job.request_id().empty()) by_request_id_.emplace(job.request_id(), job.name());
+    if (!job.request_id().empty()) by_request_id_.emplace(RequestKey(job), job.name());
     return sequence;
   }
 

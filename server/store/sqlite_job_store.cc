@@ -113,7 +113,7 @@ class SqliteJobStore final : public JobStore {
       }
       if (!job.request_id().empty()) {
         ASSIGN_OR_RETURN(Statement find, db.Prepare("SELECT name FROM jobs WHERE request_id = ?"));
-        find.BindText(1, job.request_id());
+        find.BindText(1, RequestKey(job));
         ASSIGN_OR_RETURN(const bool found, find.Step());
         if (found) {
           return absl::AlreadyExistsError(absl::StrCat("request_id \"", job.request_id(),
@@ -126,7 +126,8 @@ class SqliteJobStore final : public JobStore {
                          db.Prepare("INSERT INTO jobs (name, request_id, state, job) "
                                     "VALUES (?, ?, ?, ?) RETURNING sequence"));
         insert.BindText(1, job.name());
-        insert.BindTextOrNull(2, job.request_id());
+        const std::string request_key = job.request_id().empty() ? "" : RequestKey(job);
+        insert.BindTextOrNull(2, request_key);
         insert.BindInt(3, job.state());
         insert.BindBlob(4, job_bytes);
         ASSIGN_OR_RETURN(const bool row, insert.Step());

@@ -295,7 +295,7 @@ Cluster::Cluster(ClusterOptions options) : options_(options) {
   const char* env_bin = std::getenv("LOOM_TEST_BIN_DIR");
   bin_dir_ = (env_bin != nullptr && env_bin[0] != '\0') ? env_bin : LOOM_TEST_BIN_DIR;
   test_rank_path_ = options_.rank_program.empty() ? ExeDir() + "/test_rank"
-                                                 : bin_dir_ + "/" + options_.rank_program;
+                                                  : bin_dir_ + "/" + options_.rank_program;
 }
 
 Cluster::~Cluster() { Shutdown(); }
@@ -317,6 +317,17 @@ absl::Status Cluster::Start() {
       return absl::FailedPreconditionError(
           absl::StrCat(bin, " is missing; build the targets loomd, loom-worker, loomctl and ",
                        "the rank program (or set LOOM_TEST_BIN_DIR)"));
+    }
+  }
+  if (options_.secure) {
+    const std::string cmd = absl::StrCat("bash ", LOOM_SOURCE_DIR, "/scripts/dev-certs.sh ",
+                                         certs_dir(), " >", dir_, "/dev-certs.log 2>&1");
+    if (std::system(cmd.c_str()) != 0) {
+      return absl::InternalError(absl::StrCat(cmd, " failed: ", ReadFile(dir_ + "/dev-certs.log")));
+    }
+    user_token_ = ReadFile(certs_dir() + "/user.token");
+    while (!user_token_.empty() && std::isspace(static_cast<unsigned char>(user_token_.back()))) {
+      user_token_.pop_back();
     }
   }
   if (absl::Status s = StartLoomd(0); !s.ok()) return s;
@@ -351,13 +362,24 @@ absl::Status Cluster::WaitForReadyFile(Process& process, const std::string& path
 absl::Status Cluster::StartLoomd(int port) {
   const std::string n = std::to_string(++loomd_starts_);
   const std::string ready = absl::StrCat(dir_, "/loomd-", n, ".ready");
-  auto process =
-      Process::Start({bin_dir_ + "/loomd", absl::StrCat("--listen=127.0.0.1:", port),
-                      "--metrics-listen=127.0.0.1:0", absl::StrCat("--state-dir=", dir_, "/state"),
-                      absl::StrCat("--ready-file=", ready),
-                      absl::StrCat("--heartbeat-interval-ms=", options_.heartbeat_interval_ms),
-                      absl::StrCat("--node-timeout-ms=", options_.node_timeout_ms)},
-                     absl::StrCat(dir_, "/loomd-", n, ".log"));
+  std::vector<std::string> argv = {
+      bin_dir_ + "/loomd",
+      absl::StrCat("--listen=127.0.0.1:", port),
+      "--metrics-listen=127.0.0.1:0",
+      absl::StrCat("--state-dir=", dir_, "/state"),
+      absl::StrCat("--ready-file=", ready),
+      absl::StrCat("--heartbeat-interval-ms=", options_.heartbeat_interval_ms),
+      absl::StrCat("--node-timeout-ms=", options_.node_timeout_ms)};
+  if (options_.secure) {
+    for (std::string flag : {"--tls-cert=loomd.pem", "--tls-key=loomd.key",
+                             "--tls-client-ca=ca.pem", "--tokens-file=tokens"}) {
+      const size_t eq = flag.find('=') + 1;
+      argv.push_back(flag.substr(0, eq) + certs_dir() + "/" + flag.substr(eq));
+    }
+  } else {
+    argv.push_back("--insecure");
+  }
+  auto process = Process::Start(argv, absl::StrCat(dir_, "/loomd-", n, ".log"));
   if (!process.ok()) return process.status();
   loomd_ = *std::move(process);
   std::string address;
@@ -374,7 +396,13 @@ absl::Status Cluster::StartLoomd(int port) {
 }
 
 void Cluster::Connect() {
-  channel_ = grpc::CreateChannel(loomd_address_, grpc::InsecureChannelCredentials());
+  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
+  if (options_.secure) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = ReadFile(certs_dir() + "/ca.pem");
+    creds = grpc::SslCredentials(ssl);
+  }
+  channel_ = grpc::CreateChannel(loomd_address_, creds);
   jobs_ = loom::v1::JobService::NewStub(channel_);
   nodes_ = loom::v1::NodeService::NewStub(channel_);
 }
@@ -383,14 +411,21 @@ absl::Status Cluster::StartWorker(int index) {
   const std::string name = absl::StrCat("worker-", index);
   const std::string ready = absl::StrCat(dir_, "/", name, ".ready");
   std::filesystem::remove(ready);
-  auto process = Process::Start(
-      {bin_dir_ + "/loom-worker", absl::StrCat("--coordinator=", loomd_address_),
-       "--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0", absl::StrCat("--name=", name),
-       absl::StrCat("--cpu-devices=", options_.cpu_devices_per_worker),
-       absl::StrCat("--work-dir=", dir_, "/work-", index), absl::StrCat("--ready-file=", ready),
-       absl::StrCat("--rank-program=", test_rank_path_),
-       absl::StrCat("--stop-grace-ms=", options_.stop_grace_ms)},
-      absl::StrCat(dir_, "/", name, ".log"));
+  std::vector<std::string> argv = {bin_dir_ + "/loom-worker",
+                                   absl::StrCat("--coordinator=", loomd_address_),
+                                   "--listen=127.0.0.1:0",
+                                   "--metrics-listen=127.0.0.1:0",
+                                   absl::StrCat("--name=", name),
+                                   absl::StrCat("--cpu-devices=", options_.cpu_devices_per_worker),
+                                   absl::StrCat("--work-dir=", dir_, "/work-", index),
+                                   absl::StrCat("--ready-file=", ready),
+                                   absl::StrCat("--rank-program=", test_rank_path_),
+                                   absl::StrCat("--stop-grace-ms=", options_.stop_grace_ms)};
+  if (options_.secure) {
+    argv.push_back("--tls-ca=" + certs_dir() + "/ca.pem");
+    argv.push_back("--join-token-file=" + certs_dir() + "/node.token");
+  }
+  auto process = Process::Start(argv, absl::StrCat(dir_, "/", name, ".log"));
   if (!process.ok()) return process.status();
   if (static_cast<int>(workers_.size()) <= index) {
     workers_.resize(index + 1);
@@ -446,8 +481,18 @@ void Cluster::Shutdown(bool keep_dir) {
   }
 }
 
+std::vector<std::string> Cluster::LoomctlConnectionArgs() const {
+  std::vector<std::string> args = {"--server", loomd_address_};
+  if (options_.secure) {
+    args.push_back("--tls-ca=" + certs_dir() + "/ca.pem");
+    args.push_back("--token-file=" + certs_dir() + "/user.token");
+  }
+  return args;
+}
+
 CommandResult Cluster::Loomctl(const std::vector<std::string>& args, absl::Duration timeout) {
-  std::vector<std::string> argv = {bin_dir_ + "/loomctl", "--server", loomd_address_};
+  std::vector<std::string> argv = {bin_dir_ + "/loomctl"};
+  for (std::string& a : LoomctlConnectionArgs()) argv.push_back(std::move(a));
   argv.insert(argv.end(), args.begin(), args.end());
   return RunCommand(argv, timeout);
 }
@@ -461,6 +506,7 @@ std::string Cluster::WriteFile(const std::string& name, const std::string& conte
 absl::StatusOr<loom::v1::Job> Cluster::GetJob(const std::string& name) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  if (!user_token_.empty()) context.AddMetadata("authorization", "Bearer " + user_token_);
   loom::v1::GetJobRequest request;
   request.set_name(name);
   loom::v1::Job job;
@@ -472,6 +518,7 @@ absl::StatusOr<loom::v1::Job> Cluster::GetJob(const std::string& name) {
 absl::StatusOr<std::vector<loom::v1::Node>> Cluster::ListNodes() {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  if (!user_token_.empty()) context.AddMetadata("authorization", "Bearer " + user_token_);
   loom::v1::ListNodesResponse response;
   const absl::Status s =
       FromGrpcStatus(nodes_->ListNodes(&context, loom::v1::ListNodesRequest(), &response));

@@ -87,6 +87,10 @@ struct ClusterOptions {
   // The workers' --rank-program: a binary name in the build's bin/ directory (e.g. "loom-train"),
   // or empty for test_rank next to the test binary.
   std::string rank_program;
+  // TLS and tokens as in production (scripts/dev-certs.sh in the temp dir): loomd with
+  // --tls-cert/--tls-key/--tokens-file, workers with --tls-ca/--join-token-file, this harness and
+  // Loomctl() with the CA and the user token of tenant "dev". false: loomd --insecure.
+  bool secure = true;
 };
 
 class Cluster {
@@ -120,7 +124,11 @@ class Cluster {
   loom::v1::NodeService::Stub& nodes() { return *nodes_; }
   std::shared_ptr<grpc::Channel> channel() { return channel_; }
 
-  // Runs loomctl against this cluster's loomd (--server is added).
+  // The certificates and tokens directory (secure clusters), and the arguments loomctl needs to
+  // reach loomd (--server, and --tls-ca/--token-file when secure).
+  std::string certs_dir() const { return dir_ + "/certs"; }
+  std::vector<std::string> LoomctlConnectionArgs() const;
+  // Runs loomctl against this cluster's loomd (the connection arguments are added).
   CommandResult Loomctl(const std::vector<std::string>& args,
                         absl::Duration timeout = absl::Seconds(60));
   // Writes `content` to dir()/name and returns its path.
@@ -152,6 +160,7 @@ class Cluster {
   std::string loomd_address_;
   int loomd_port_ = 0;
   std::shared_ptr<grpc::Channel> channel_;
+  std::string user_token_;  // secure clusters: sent with every call of this harness
   std::unique_ptr<loom::v1::JobService::Stub> jobs_;
   std::unique_ptr<loom::v1::NodeService::Stub> nodes_;
   bool shut_down_ = false;

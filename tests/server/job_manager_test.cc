@@ -74,7 +74,10 @@ class JobManagerTest : public ::testing::Test {
     EXPECT_TRUE(manager_->RegisterNode(CpuNode(id, devices)).ok());
     return Reconnect(id, hello_extra);
   }
+  // A worker that reconnects: its previous session (if any) ended first, as a restarted
+  // worker's stream does; a live session's node id cannot be taken over.
   std::shared_ptr<FakeSink> Reconnect(const std::string& id, v1::SessionHello hello = {}) {
+    if (auto it = sessions_.find(id); it != sessions_.end()) manager_->CloseSession(id, it->second);
     auto sink = std::make_shared<FakeSink>();
     hello.set_node_id(id);
     absl::StatusOr<uint64_t> session = manager_->OpenSession(hello, sink);
@@ -419,6 +422,56 @@ TEST_F(JobManagerTest, CreateJobIsIdempotentByRequestId) {
   absl::StatusOr<v1::ListJobsResponse> all = manager_->ListJobs({});
   ASSERT_TRUE(all.ok());
   EXPECT_EQ(all->jobs_size(), 1);
+}
+
+TEST_F(JobManagerTest, RequestIdsAndListsArePerTenant) {
+  ASSERT_TRUE(manager_->RegisterNode(CpuNode("n1", 2)).ok());  // capacity, no session
+  absl::StatusOr<v1::Job> a = manager_->CreateJob(CreateRequest(CpuSpec(2), "req-1"), "team-a");
+  absl::StatusOr<v1::Job> b = manager_->CreateJob(CreateRequest(CpuSpec(2), "req-1"), "team-b");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(a->name(), b->name());  // never another tenant's job for the same key
+  EXPECT_EQ(a->tenant(), "team-a");
+  absl::StatusOr<v1::Job> a_again =
+      manager_->CreateJob(CreateRequest(CpuSpec(2), "req-1"), "team-a");
+  ASSERT_TRUE(a_again.ok());
+  EXPECT_EQ(a_again->name(), a->name());
+  // Pages of one tenant are full and skip the other tenant's jobs.
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(manager_->CreateJob(CreateRequest(CpuSpec(2)), "team-b").ok());
+  }
+  ASSERT_TRUE(manager_->CreateJob(CreateRequest(CpuSpec(2)), "team-a").ok());
+  v1::ListJobsRequest request;
+  request.set_page_size(1);
+  std::vector<std::string> seen;
+  while (true) {
+    absl::StatusOr<v1::ListJobsResponse> page =
+        manager_->ListJobs(request, std::optional<std::string>("team-a"));
+    ASSERT_TRUE(page.ok()) << page.status();
+    for (const v1::Job& job : page->jobs()) {
+      EXPECT_EQ(job.tenant(), "team-a");
+      seen.push_back(job.name());
+    }
+    if (page->next_page_token().empty()) break;
+    EXPECT_EQ(page->jobs_size(), 1);
+    request.set_page_token(page->next_page_token());
+  }
+  EXPECT_EQ(seen.size(), 2u);
+  EXPECT_EQ(manager_->ListJobs({})->jobs_size(), 6);  // no tenant: every job (admins)
+}
+
+TEST_F(JobManagerTest, ALiveNodeIdCannotBeRegisteredOrSessionedTwice) {
+  Connect("n1", 2);
+  absl::Status second = manager_->RegisterNode(CpuNode("n1", 4)).status();
+  EXPECT_TRUE(absl::IsAlreadyExists(second)) << second;
+  v1::SessionHello hello;
+  hello.set_node_id("n1");
+  absl::Status session = manager_->OpenSession(hello, std::make_shared<FakeSink>()).status();
+  EXPECT_TRUE(absl::IsAlreadyExists(session)) << session;
+  // The first session is untouched and still current.
+  Send("n1", ::loom::testing::Heartbeat());
+  // A node silent past the node timeout is presumed gone: its id may be registered again.
+  clock_.Advance(absl::Seconds(11));
+  EXPECT_TRUE(manager_->RegisterNode(CpuNode("n1", 4)).ok());
 }
 
 TEST_F(JobManagerTest, ListJobsPagesWithOpaqueTokens) {

@@ -30,6 +30,7 @@ class RpcServerTest : public ::testing::Test {
     config.listen = "127.0.0.1:0";
     config.metrics_listen = "127.0.0.1:0";
     config.state_dir = dir_.File("state");
+    config.insecure = true;  // loopback development mode; tests/server/security_test.cc has TLS
     absl::StatusOr<std::unique_ptr<LoomdServer>> server =
         LoomdServer::Start(config, &clock_, jobs::MakeSpecValidator());
     ASSERT_TRUE(server.ok()) << server.status();
@@ -174,9 +175,10 @@ TEST_F(RpcServerTest, MalformedRequestsGetCodesThatNameTheField) {
     request.mutable_scope()->set_generation(1);
     request.set_key("k");
     v1::GetResponse response;
+    // Without the gang's secret nothing is said about the scope, not even whether it exists.
     status = rendezvous_->Get(&context, request, &response);
-    EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
-    EXPECT_THAT(status.error_message(), HasSubstr("scope.job"));
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_THAT(status.error_message(), HasSubstr("LOOM_RENDEZVOUS_SECRET"));
   }
   // Nothing was written.
   grpc::ClientContext context;
@@ -224,9 +226,12 @@ TEST_F(RpcServerTest, SessionReceivesAssignmentsAndHeartbeats) {
   EXPECT_EQ(message.assign().rendezvous_address(), server_->grpc_address());
   EXPECT_EQ(message.assign().ranks_size(), 2);
 
-  // Rendezvous works for the scheduled generation, and only for it.
+  // Rendezvous works for the scheduled generation with the assignment's secret, and only for it.
+  const std::string secret = message.assign().rendezvous_secret();
+  EXPECT_EQ(secret.size(), 64u);
   {
     grpc::ClientContext set_context;
+    set_context.AddMetadata(kRendezvousSecretHeader, secret);
     v1::SetRequest set;
     set.mutable_scope()->set_job(job.name());
     set.mutable_scope()->set_generation(1);
@@ -235,16 +240,19 @@ TEST_F(RpcServerTest, SessionReceivesAssignmentsAndHeartbeats) {
     v1::SetResponse set_response;
     EXPECT_TRUE(rendezvous_->Set(&set_context, set, &set_response).ok());
     grpc::ClientContext wait_context;
+    wait_context.AddMetadata(kRendezvousSecretHeader, secret);
     v1::WaitRequest wait;
     *wait.mutable_scope() = set.scope();
     wait.add_keys("nccl");
     v1::WaitResponse wait_response;
     ASSERT_TRUE(rendezvous_->Wait(&wait_context, wait, &wait_response).ok());
     EXPECT_EQ(wait_response.values(0), "id");
+    // Generation 1's secret does not open generation 2's scope.
     grpc::ClientContext stale_context;
+    stale_context.AddMetadata(kRendezvousSecretHeader, secret);
     set.mutable_scope()->set_generation(2);
     EXPECT_EQ(rendezvous_->Set(&stale_context, set, &set_response).error_code(),
-              grpc::StatusCode::FAILED_PRECONDITION);
+              grpc::StatusCode::PERMISSION_DENIED);
   }
 
   // Logs forwarded on the session reach a follower (rank filter applied); the follow stream

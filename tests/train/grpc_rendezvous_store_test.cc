@@ -1,11 +1,13 @@
 // The gRPC store of loomd's RendezvousService (worker/train/comm/grpc_rendezvous_store.h)
 // against the real service (server/rpc/rendezvous_service.h over an unchecked
 // RendezvousStore) in this process on a loopback port: set and wait, the (job, generation)
-// scope, the errors a rank sees (a missing key, loomd unreachable), and a Gloo world whose
-// threads meet through it via ConnectWorld, as ranks launched by loom-worker do.
+// scope and its secret, the errors a rank sees (a missing key, loomd unreachable, a secret of
+// another scope), and a Gloo world whose threads meet through it via ConnectWorld, as ranks
+// launched by loom-worker do.
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
@@ -41,15 +43,29 @@ class GrpcRendezvousStoreTest : public ::testing::Test {
     server_->Shutdown();
   }
 
+  // Opens the store as a rank of (job, generation) would: with that gang's secret in
+  // LOOM_RENDEZVOUS_SECRET, as loom-worker sets it.
+  std::unique_ptr<KeyValueStore> Open(const std::string& job, int64_t generation,
+                                      const std::string& address = "") {
+    UseSecretOf(job, generation);
+    return OpenGrpcRendezvousStore(address.empty() ? address_ : address, job, generation,
+                                   milliseconds(5000));
+  }
+  void UseSecretOf(const std::string& job, int64_t generation) {
+    setenv("LOOM_RENDEZVOUS_SECRET", secrets_->SecretFor(job, generation).c_str(), 1);
+  }
+
+  std::unique_ptr<auth::RendezvousSecrets> secrets_ =
+      auth::RendezvousSecrets::ForKey(std::string(32, 'k'));
   rendezvous::RendezvousStore store_{rendezvous::ScopeChecker()};
-  rpc::RendezvousServiceImpl service_{&store_};
+  rpc::RendezvousServiceImpl service_{&store_, secrets_.get()};
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
 };
 
 TEST_F(GrpcRendezvousStoreTest, SetThenWaitWithinOneScope) {
-  auto a = OpenGrpcRendezvousStore(address_, "jobs/a", 1, milliseconds(5000));
-  auto b = OpenGrpcRendezvousStore(address_, "jobs/a", 1, milliseconds(5000));
+  auto a = Open("jobs/a", 1);
+  auto b = Open("jobs/a", 1);
   a->Set("k1", std::string("v\0x", 3));  // bytes, not text
   std::thread later([&b] {
     std::this_thread::sleep_for(milliseconds(100));
@@ -64,8 +80,8 @@ TEST_F(GrpcRendezvousStoreTest, SetThenWaitWithinOneScope) {
 }
 
 TEST_F(GrpcRendezvousStoreTest, AnotherGenerationDoesNotSeeTheKeysAndTimesOutNamingThem) {
-  auto gen1 = OpenGrpcRendezvousStore(address_, "jobs/a", 1, milliseconds(5000));
-  auto gen2 = OpenGrpcRendezvousStore(address_, "jobs/a", 2, milliseconds(5000));
+  auto gen1 = Open("jobs/a", 1);
+  auto gen2 = Open("jobs/a", 2);
   gen1->Set("world/0", "addr");
   const auto start = std::chrono::steady_clock::now();
   try {
@@ -77,6 +93,39 @@ TEST_F(GrpcRendezvousStoreTest, AnotherGenerationDoesNotSeeTheKeysAndTimesOutNam
     EXPECT_NE(what.find("world/0"), std::string::npos) << what;
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST_F(GrpcRendezvousStoreTest, ASecretOpensOnlyItsOwnScope) {
+  auto mine = Open("jobs/a", 1);
+  mine->Set("nccl-id", "secret bytes");
+  // A rank of job b, or of an older generation of a, presents its own secret for a's scope.
+  for (auto [job, generation] : {std::pair<std::string, int64_t>{"jobs/b", 1}, {"jobs/a", 2}}) {
+    UseSecretOf(job, generation);
+    auto intruder = OpenGrpcRendezvousStore(address_, "jobs/a", 1, milliseconds(2000));
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      try {
+        if (attempt == 0) {
+          intruder->Wait({"nccl-id"}, milliseconds(500));
+        } else {
+          intruder->Set("nccl-id", "forged");
+        }
+        FAIL() << "a secret of " << job << "/" << generation << " opened jobs/a generation 1";
+      } catch (const CommError& e) {
+        EXPECT_NE(std::string(e.what()).find("PERMISSION_DENIED"), std::string::npos) << e.what();
+      }
+    }
+  }
+  // No secret at all.
+  unsetenv("LOOM_RENDEZVOUS_SECRET");
+  auto anonymous = OpenGrpcRendezvousStore(address_, "jobs/a", 1, milliseconds(2000));
+  try {
+    anonymous->Wait({"nccl-id"}, milliseconds(500));
+    FAIL() << "no secret opened jobs/a";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("UNAUTHENTICATED"), std::string::npos) << e.what();
+  }
+  // The value is what its own gang wrote.
+  EXPECT_EQ(Open("jobs/a", 1)->Wait({"nccl-id"}, milliseconds(500))[0], "secret bytes");
 }
 
 TEST_F(GrpcRendezvousStoreTest, UnreachableLoomdIsACommErrorThatSaysSo) {
@@ -97,6 +146,7 @@ TEST_F(GrpcRendezvousStoreTest, UnreachableLoomdIsACommErrorThatSaysSo) {
 
 TEST_F(GrpcRendezvousStoreTest, GlooWorldMeetsThroughTheService) {
   if (!HaveMultiProcessComm()) GTEST_SKIP() << "built without Gloo";
+  UseSecretOf("jobs/gloo", 3);
   testing::RunGlooWorld(
       2, std::chrono::seconds(30),
       [](int r, Communicator& c) {

@@ -40,6 +40,8 @@ BuildRankEnvironment(const loom::v1::Assignment &a,
   env["LOOM_DEVICE"] = absl::StrCat(kind, ":", rank.device_index());
   env["LOOM_LAYOUT"] = FormatLayout(a.layout());
   env["LOOM_RENDEZVOUS"] = a.rendezvous_address();
+  if (!a.rendezvous_secret().empty())
+    env["LOOM_RENDEZVOUS_SECRET"] = a.rendezvous_secret();
   env["LOOM_SPEC_FILE"] = paths.spec_file;
   env["LOOM_CHECKPOINT_DIR"] = paths.checkpoint_dir;
   env["LOOM_WORK_DIR"] = paths.work_dir;

@@ -71,6 +71,12 @@ void SessionClient::Stop(absl::Duration flush_timeout) {
   });
 }
 
+void SessionClient::AddCredentials(grpc::ClientContext* context) const {
+  if (!options_.bearer_token.empty()) {
+    context->AddMetadata("authorization", "Bearer " + options_.bearer_token);
+  }
+}
+
 void SessionClient::SleepUnlessStopped(absl::Duration d) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait_for(lock, absl::ToChronoNanoseconds(d), [this] { return stop_.load(); });
@@ -105,6 +111,7 @@ absl::Status SessionClient::RunOnce(bool* established) {
   {
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+    AddCredentials(&ctx);
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stop_.load()) return absl::CancelledError("stopping");
@@ -128,6 +135,7 @@ absl::Status SessionClient::RunOnce(bool* established) {
   }
 
   grpc::ClientContext ctx;
+  AddCredentials(&ctx);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_.load()) return absl::CancelledError("stopping");

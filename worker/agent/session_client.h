@@ -44,6 +44,9 @@ struct SessionOptions {
   std::string coordinator;  // host:port of loomd
   loom::v1::RegisterNodeRequest registration;
   std::shared_ptr<grpc::ChannelCredentials> credentials;  // default: insecure
+  // The node's join token, sent as "authorization: Bearer ..." (empty: none; a client
+  // certificate in `credentials` may identify the node instead).
+  std::string bearer_token;
   absl::Duration backoff_initial = absl::Milliseconds(100);
   absl::Duration backoff_max = absl::Seconds(2);
   absl::Duration rpc_timeout = absl::Seconds(5);  // RegisterNode's deadline
@@ -84,6 +87,8 @@ class SessionClient {
   // ended; sets `established` when the stream was opened.
   absl::Status RunOnce(bool* established);
   // Sleeps `d` unless Stop() is called first.
+  // Adds the join token, when there is one, to a call to loomd.
+  void AddCredentials(grpc::ClientContext* context) const;
   void SleepUnlessStopped(absl::Duration d);
 
   const SessionOptions options_;

@@ -29,6 +29,7 @@
 #include "common/metrics_http_server.h"
 #include "common/net.h"
 #include "common/ready_file.h"
+#include "common/tls.h"
 #include "worker/agent/gpu_inventory.h"
 #include "worker/agent/node_identity.h"
 #include "worker/agent/node_metrics.h"
@@ -65,6 +66,9 @@ int main(int argc, char** argv) {
   std::string work_dir, ready_file, rank_program;
   int cpu_devices = -1;
   int64_t stop_grace_ms = 10000;
+  TlsFiles tls;
+  std::string join_token_file;
+  bool insecure = false;
   app.add_option("--coordinator", coordinator, "loomd's address, HOST:PORT")->required();
   app.add_option("--listen", listen, "This worker's gRPC address (health, reflection)")
       ->capture_default_str();
@@ -83,6 +87,17 @@ int main(int argc, char** argv) {
   app.add_option("--stop-grace-ms", stop_grace_ms, "SIGTERM, then SIGKILL after this")
       ->check(CLI::Range(int64_t{0}, int64_t{3600000}))
       ->capture_default_str();
+  app.add_option("--tls-ca", tls.ca,
+                 "PEM CA bundle that verifies loomd's certificate (TLS to loomd; handed to the "
+                 "ranks as LOOM_TLS_CA for the rendezvous)");
+  app.add_option("--tls-cert", tls.cert,
+                 "PEM client certificate named node:NODE_ID (mutual TLS with loomd); also serves "
+                 "this worker's own gRPC port");
+  app.add_option("--tls-key", tls.key, "PEM private key of --tls-cert");
+  app.add_option("--join-token-file", join_token_file,
+                 "File (mode 600) with a node token from loomd's --tokens-file");
+  app.add_flag("--insecure", insecure,
+               "Plaintext to loomd even when it is not on loopback (development only)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -103,6 +118,22 @@ int main(int argc, char** argv) {
     }
     return kExitBadFlags;
   }
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> loomd_credentials =
+      MakeChannelCredentials(tls, insecure, coordinator, "--tls");
+  if (!loomd_credentials.ok()) {
+    std::cerr << "loom-worker: " << loomd_credentials.status().message() << "\n";
+    return kExitBadFlags;
+  }
+  std::string join_token;
+  if (!join_token_file.empty()) {
+    absl::StatusOr<std::string> token = ReadTokenFile(join_token_file, "--join-token-file");
+    if (!token.ok()) {
+      std::cerr << "loom-worker: " << token.status().message() << "\n";
+      return kExitBadFlags;
+    }
+    join_token = *std::move(token);
+  }
+  if (!tls.ca.empty()) tls.ca = std::filesystem::absolute(tls.ca).string();
   const std::string hostname = Hostname();
   if (name.empty()) name = SanitizeNodeId(hostname);
   if (!IsValidNodeId(name)) {
@@ -155,7 +186,18 @@ int main(int argc, char** argv) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int grpc_port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &grpc_port);
+  // It serves health and reflection only; with --tls-cert it serves them over TLS.
+  std::shared_ptr<grpc::ServerCredentials> own_credentials = grpc::InsecureServerCredentials();
+  if (!tls.cert.empty()) {
+    absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> c =
+        MakeServerCredentials({tls.cert, tls.key, ""}, false, listen, "--tls");
+    if (!c.ok()) {
+      LOOM_LOG(ERROR) << c.status().message();
+      return kExitBadFlags;
+    }
+    own_credentials = *c;
+  }
+  builder.AddListeningPort(listen, own_credentials, &grpc_port);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || grpc_port == 0) {
     LOOM_LOG(ERROR) << "cannot listen on --listen=" << listen;
@@ -186,6 +228,8 @@ int main(int argc, char** argv) {
   // that makes the CPU kernels many times slower (docs/benchmarks.md). A job's `env` or the
   // worker's own environment can still choose otherwise.
   sup.inherited_env.emplace("OMP_WAIT_POLICY", "passive");
+  // Ranks verify loomd's rendezvous port with the CA the worker trusts.
+  if (!tls.ca.empty()) sup.inherited_env["LOOM_TLS_CA"] = tls.ca;
   Supervisor supervisor(std::move(sup), &buffer);
   if (absl::Status st = supervisor.Start(); !st.ok()) {
     LOOM_LOG(ERROR) << st.message();
@@ -194,6 +238,8 @@ int main(int argc, char** argv) {
 
   SessionOptions session_options;
   session_options.coordinator = coordinator;
+  session_options.credentials = *loomd_credentials;
+  session_options.bearer_token = join_token;
   v1::RegisterNodeRequest& reg = session_options.registration;
   reg.set_node_id(name);
   reg.set_hostname(hostname);

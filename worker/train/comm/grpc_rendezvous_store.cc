@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,25 +28,62 @@ constexpr std::chrono::milliseconds kRetryPause{200};
 
 const char* CodeName(grpc::StatusCode code) {
   switch (code) {
-    case grpc::StatusCode::OK: return "OK";
-    case grpc::StatusCode::CANCELLED: return "CANCELLED";
-    case grpc::StatusCode::UNKNOWN: return "UNKNOWN";
-    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
-    case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
-    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    case grpc::StatusCode::ABORTED: return "ABORTED";
-    case grpc::StatusCode::OUT_OF_RANGE: return "OUT_OF_RANGE";
-    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
-    case grpc::StatusCode::INTERNAL: return "INTERNAL";
-    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
-    case grpc::StatusCode::DATA_LOSS: return "DATA_LOSS";
-    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
-    default: return "UNKNOWN_CODE";
+    case grpc::StatusCode::OK:
+      return "OK";
+    case grpc::StatusCode::CANCELLED:
+      return "CANCELLED";
+    case grpc::StatusCode::UNKNOWN:
+      return "UNKNOWN";
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND:
+      return "NOT_FOUND";
+    case grpc::StatusCode::ALREADY_EXISTS:
+      return "ALREADY_EXISTS";
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return "PERMISSION_DENIED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return "FAILED_PRECONDITION";
+    case grpc::StatusCode::ABORTED:
+      return "ABORTED";
+    case grpc::StatusCode::OUT_OF_RANGE:
+      return "OUT_OF_RANGE";
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return "UNIMPLEMENTED";
+    case grpc::StatusCode::INTERNAL:
+      return "INTERNAL";
+    case grpc::StatusCode::UNAVAILABLE:
+      return "UNAVAILABLE";
+    case grpc::StatusCode::DATA_LOSS:
+      return "DATA_LOSS";
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return "UNAUTHENTICATED";
+    default:
+      return "UNKNOWN_CODE";
   }
+}
+
+// The channel's credentials: TLS against LOOM_TLS_CA (the CA that signed loomd's certificate,
+// set by loom-worker when it talks TLS to loomd), else plaintext. A CA file that cannot be read
+// is a configuration error of the node.
+std::shared_ptr<grpc::ChannelCredentials> RendezvousCredentials() {
+  const char* ca = std::getenv("LOOM_TLS_CA");
+  if (ca == nullptr || ca[0] == '\0') return grpc::InsecureChannelCredentials();
+  std::ifstream in(ca);
+  std::stringstream pem;
+  pem << in.rdbuf();
+  if (!in || pem.str().empty()) {
+    throw CommError(
+        std::string("LOOM_TLS_CA=") + ca +
+        ": cannot read the CA bundle that verifies loomd; check loom-worker's --tls-ca");
+  }
+  grpc::SslCredentialsOptions options;
+  options.pem_root_certs = pem.str();
+  return grpc::SslCredentials(options);
 }
 
 std::string Seconds(std::chrono::milliseconds d) {
@@ -66,8 +106,12 @@ class GrpcRendezvousStore : public KeyValueStore {
                       std::chrono::milliseconds timeout)
       : address_(address),
         timeout_(timeout),
-        channel_(grpc::CreateChannel(address, grpc::InsecureChannelCredentials())),
+        channel_(grpc::CreateChannel(address, RendezvousCredentials())),
         stub_(v1::RendezvousService::NewStub(channel_)) {
+    // The gang's secret (LOOM_RENDEZVOUS_SECRET, from loom-worker) opens this scope only.
+    if (const char* secret = std::getenv("LOOM_RENDEZVOUS_SECRET"); secret != nullptr) {
+      secret_ = secret;
+    }
     scope_.set_job(job);
     scope_.set_generation(generation);
   }
@@ -78,9 +122,8 @@ class GrpcRendezvousStore : public KeyValueStore {
     request.set_key(key);
     request.set_value(value);
     v1::SetResponse response;
-    Call("Set " + key, timeout_, [&](grpc::ClientContext* context) {
-      return stub_->Set(context, request, &response);
-    });
+    Call("Set " + key, timeout_,
+         [&](grpc::ClientContext* context) { return stub_->Set(context, request, &response); });
   }
 
   std::vector<std::string> Wait(const std::vector<std::string>& keys,
@@ -118,6 +161,7 @@ class GrpcRendezvousStore : public KeyValueStore {
       grpc::ClientContext context;
       context.set_deadline(deadline);
       context.set_wait_for_ready(true);
+      if (!secret_.empty()) context.AddMetadata("x-loom-rendezvous-secret", secret_);
       status = rpc(&context);
       if (status.ok()) return;
       if (status.error_code() != grpc::StatusCode::UNAVAILABLE ||
@@ -132,8 +176,8 @@ class GrpcRendezvousStore : public KeyValueStore {
     if (!connected && (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
                        status.error_code() == grpc::StatusCode::UNAVAILABLE)) {
       throw CommError("cannot reach loomd's RendezvousService at " + address_ + " within " +
-                      Seconds(budget) + " (" + what + ": " + CodeName(status.error_code()) +
-                      ": " + status.error_message() +
+                      Seconds(budget) + " (" + what + ": " + CodeName(status.error_code()) + ": " +
+                      status.error_message() +
                       "); is loomd running, and is LOOM_RENDEZVOUS its address?");
     }
     throw CommError(what + ": " + CodeName(status.error_code()) + ": " + status.error_message());
@@ -142,6 +186,7 @@ class GrpcRendezvousStore : public KeyValueStore {
   const std::string address_;
   const std::chrono::milliseconds timeout_;
   v1::RendezvousScope scope_;
+  std::string secret_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::RendezvousService::Stub> stub_;
 };

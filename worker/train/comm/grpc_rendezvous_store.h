@@ -17,8 +17,9 @@
 
 namespace loom::train {
 
-// Opens the store of (`job`, `generation`) at `address` (host:port; plaintext, as loomd serves
-// ranks on loopback or the cluster network). A KeyValueStoreFactory. Does not block or
+// Opens the store of (`job`, `generation`) at `address` (host:port): TLS verified against
+// LOOM_TLS_CA when set, else plaintext (loomd with --insecure on loopback); every call presents
+// LOOM_RENDEZVOUS_SECRET, the gang's secret, without which loomd refuses the scope. A KeyValueStoreFactory. Does not block or
 // connect: the first call does, waiting up to `timeout` for loomd to become reachable.
 //
 // Errors (all CommError, so loom-train exits 1 and loomd restarts the gang): loomd not reachable
