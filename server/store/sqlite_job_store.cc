@@ -200,7 +200,12 @@ class SqliteJobStore final : public JobStore {
         request_id = S(find.ColumnBytes(1));
       }
       v1::Job stored = StripEvents(job);
-      // The idempotency key is fixed at creation (it is indexed); an update cannot move it.
+      // The idempotency key is fixed at creation (it is indexed); an update cannot move it. The
+      // column holds it scoped by tenant (RequestKey); the job holds it as the user gave it.
+      const std::string scope = RequestKey(stored.tenant(), "");
+      if (!scope.empty() && request_id.compare(0, scope.size(), scope) == 0) {
+        request_id.erase(0, scope.size());
+      }
       stored.set_request_id(request_id);
       ASSIGN_OR_RETURN(const std::string job_bytes, Serialize(stored));
       {

@@ -42,6 +42,23 @@ TEST(RendezvousTest, SetGetAndAdd) {
   EXPECT_EQ(store.Add(Scope("jobs/a", 1), "big", 1).status().code(), absl::StatusCode::kOutOfRange);
 }
 
+TEST(RendezvousTest, OneJobCannotFillTheStoreForOthers) {
+  RendezvousStore store(nullptr);
+  const std::string mib(1 << 20, 'x');
+  int stored = 0;
+  absl::Status status;
+  for (int i = 0; i < 64 && status.ok(); ++i) {
+    status = store.Set(Scope("jobs/greedy", 1), "k" + std::to_string(i), mib);
+    if (status.ok()) ++stored;
+  }
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(Message(status), HasSubstr("quota"));
+  EXPECT_EQ(stored, static_cast<int>(kMaxScopeBytes >> 20) - 1);  // keys count too
+  // Replacing a value within the quota still works, and other jobs start as usual.
+  EXPECT_TRUE(store.Set(Scope("jobs/greedy", 1), "k0", "small").ok());
+  EXPECT_TRUE(store.Set(Scope("jobs/other", 1), "nccl-id", mib).ok());
+}
+
 TEST(RendezvousTest, ScopesAreSeparateByJobAndGeneration) {
   RendezvousStore store(nullptr);
   ASSERT_TRUE(store.Set(Scope("jobs/a", 1), "k", "gen1").ok());

@@ -338,7 +338,6 @@ TEST_F(RpcServerTest, SessionMustStartWithHelloOfARegisteredNode) {
   EXPECT_THAT(status.error_message(), HasSubstr("RegisterNode"));
 }
 
-
 TEST_F(RpcServerTest, PlanJobRanksLayoutsOnTheLiveClusterOrADescribedOne) {
   RegisterNode("n1", 2);
   auto plan = [&](const v1::PlanJobRequest& request, v1::PlanJobResponse* response) {

@@ -180,6 +180,27 @@ TYPED_TEST(JobStoreConformanceTest, DuplicateRequestIdIsAlreadyExistsAndWritesNo
   EXPECT_FALSE(this->store_->FindJobByRequestId("req-unknown")->has_value());
 }
 
+TYPED_TEST(JobStoreConformanceTest, RequestIdsArePerTenantAndReadBackAsGiven) {
+  v1::Job a = MakeJob("a", v1::QUEUED, "req-1");
+  a.set_tenant("team-a");
+  v1::Job b = MakeJob("b", v1::QUEUED, "req-1");
+  b.set_tenant("team-b");
+  const v1::JobEvent event = MakeEvent(v1::JOB_STATE_UNSPECIFIED, v1::QUEUED, "created");
+  ASSERT_TRUE(this->store_->CreateJob(a, event).ok());
+  ASSERT_TRUE(this->store_->CreateJob(b, event).ok());  // same key, other tenant
+  auto found = this->store_->FindJobByRequestId(store::RequestKey("team-b", "req-1"));
+  ASSERT_TRUE(found.ok() && found->has_value());
+  EXPECT_EQ((*found)->job.name(), "jobs/b");
+  EXPECT_FALSE(this->store_->FindJobByRequestId("req-1")->has_value());
+  // Updates keep the key as the user gave it.
+  b.set_state(v1::CANCELLED);
+  ASSERT_TRUE(this->store_->UpdateJob(b, std::nullopt).ok());
+  auto stored = this->store_->GetJob("jobs/b");
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->job.request_id(), "req-1");
+  EXPECT_EQ(stored->job.tenant(), "team-b");
+}
+
 TYPED_TEST(JobStoreConformanceTest, EmptyRequestIdsNeverCollide) {
   this->Create("a");
   this->Create("b");
