@@ -155,7 +155,9 @@ absl::StatusOr<std::unique_ptr<LoomdServer>> LoomdServer::Start(const LoomdConfi
     s->metrics_address_ = s->http_server_->address();
   }
   manager->StartTicker(config.tick_interval);
-  LOOM_LOG(INFO) << "loomd serving gRPC on " << s->grpc_address_ << ", metrics on "
+  LOOM_LOG(INFO) << "loomd serving gRPC (" << (config.tls.cert.empty() ? "plaintext" : "TLS")
+                 << ", " << (open ? "no authentication" : "tokens/certificates") << ") on "
+                 << s->grpc_address_ << ", metrics on "
                  << (s->metrics_address_.empty() ? "(none)" : s->metrics_address_)
                  << ", rendezvous address " << s->advertise_ << ", state in " << config.state_dir;
   return s;

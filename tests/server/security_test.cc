@@ -363,5 +363,40 @@ TEST_F(SecurityTest, TokensAreAddedAndRevokedWithoutARestart) {
             grpc::StatusCode::OK);
 }
 
+TEST_F(SecurityTest, ServingCertificateIsReloadedWithoutARestart) {
+  // A second CA and a certificate from it; clients that trust only the new CA cannot connect
+  // until loomd serves the new certificate, which it picks up from the same paths.
+  const std::string next = dir_.File("next");
+  ASSERT_EQ(std::system(absl::StrCat("bash ", LOOM_SOURCE_DIR, "/scripts/dev-certs.sh ", next,
+                                     " >/dev/null")
+                            .c_str()),
+            0);
+  auto list_trusting = [&](const std::string& ca) {
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds =
+        MakeChannelCredentials({"", "", ca}, false, server_->grpc_address(), "--tls");
+    EXPECT_TRUE(creds.ok());
+    v1::ListJobsResponse response;
+    return v1::JobService::NewStub(grpc::CreateChannel(server_->grpc_address(), *creds))
+        ->ListJobs(Ctx(user_token_).get(), {}, &response)
+        .error_code();
+  };
+  EXPECT_EQ(list_trusting(certs_ + "/ca.pem"), grpc::StatusCode::OK);
+  EXPECT_EQ(list_trusting(next + "/ca.pem"), grpc::StatusCode::UNAVAILABLE);
+  // Rotate: the key first, then the certificate, each by rename.
+  for (const char* file : {"loomd.key", "loomd.pem"}) {
+    std::filesystem::copy_file(absl::StrCat(next, "/", file),
+                               absl::StrCat(certs_, "/", file, ".new"));
+    std::filesystem::rename(absl::StrCat(certs_, "/", file, ".new"),
+                            absl::StrCat(certs_, "/", file));
+  }
+  grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
+  for (int i = 0; i < 100 && code != grpc::StatusCode::OK; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    code = list_trusting(next + "/ca.pem");
+  }
+  EXPECT_EQ(code, grpc::StatusCode::OK) << "loomd still serves the old certificate after 10 s";
+  EXPECT_EQ(list_trusting(certs_ + "/ca.pem"), grpc::StatusCode::UNAVAILABLE);
+}
+
 }  // namespace
 }  // namespace loom::rpc
