@@ -11,12 +11,19 @@
 //   TEST_RANK_CRASH_GENERATIONS ... in generations <= this value only (default: every one)
 //   TEST_RANK_CRASH_AT_STEP     ... after this step (default 1), once every rank has started
 //   TEST_RANK_IGNORE_TERM=1     ignore SIGTERM (the worker must escalate to SIGKILL)
+//   TEST_RANK_CHECKPOINT=1      checkpoint like a trainer: start after the step committed in
+//                               $LOOM_CHECKPOINT_DIR/committed (rank 0 commits every step by an
+//                               atomic rename), and append "resume G STEP" / "commit G STEP" lines
+//                               to TEST_RANK_OUT_DIR/history.log (the chaos run's evidence)
 //
 // The .started file is JSON: the pid, the whole rank environment as seen, and
 // "previous_generation_alive": the pids of the previous generation's ranks that were still
-// running when this rank started (a restarted gang must find none). Files are written
+// running when this rank started (a restarted gang must find none); "earlier_generations_alive"
+// the same for every earlier generation; "launched_before": true when this generation's rank
+// had already been started once (a gang launched twice). Files are written
 // atomically (temp file + rename) so a test never reads half of one.
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -24,6 +31,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -97,6 +105,31 @@ std::vector<long> AliveRanksOfGeneration(const std::string& dir, long generation
   return alive;
 }
 
+// Pids of every gen<g>-rank*.started with g < `generation` that are still running.
+std::vector<long> AliveRanksOfEarlierGenerations(const std::string& dir, long generation) {
+  std::vector<long> alive;
+  for (long g = 1; g < generation; ++g) {
+    for (long pid : AliveRanksOfGeneration(dir, g)) alive.push_back(pid);
+  }
+  return alive;
+}
+
+// Appends one line with a single write (O_APPEND: lines of concurrent ranks never interleave).
+void AppendLine(const std::string& path, const std::string& line) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  const std::string text = line + "\n";
+  if (write(fd, text.data(), text.size()) < 0) std::cerr << "test_rank: cannot append" << std::endl;
+  close(fd);
+}
+
+long ReadCommitted(const std::string& dir) {
+  std::ifstream in(dir + "/committed");
+  long step = 0;
+  if (in >> step) return step;
+  return 0;
+}
+
 int CountStarted(const std::string& dir, long generation) {
   int n = 0;
   const std::string prefix = "gen" + std::to_string(generation) + "-rank";
@@ -158,8 +191,22 @@ int main() {
     started[name] = Env(name);
   }
   started["previous_generation_alive"] = AliveRanksOfGeneration(out_dir, generation - 1);
+  started["earlier_generations_alive"] = AliveRanksOfEarlierGenerations(out_dir, generation);
   const std::string stem =
       out_dir + "/gen" + std::to_string(generation) + "-rank" + std::to_string(rank);
+  started["launched_before"] = access((stem + ".started").c_str(), F_OK) == 0;
+  const bool checkpoint = Env("TEST_RANK_CHECKPOINT") == "1";
+  const std::string checkpoint_dir = Env("LOOM_CHECKPOINT_DIR");
+  long first_step = 1;
+  if (checkpoint) {
+    if (checkpoint_dir.empty()) BadConfig("TEST_RANK_CHECKPOINT=1 needs LOOM_CHECKPOINT_DIR");
+    std::filesystem::create_directories(checkpoint_dir);
+    first_step = ReadCommitted(checkpoint_dir) + 1;
+    if (rank == 0) {
+      AppendLine(out_dir + "/history.log",
+                 "resume " + std::to_string(generation) + " " + std::to_string(first_step - 1));
+    }
+  }
   WriteAtomically(stem + ".started", started.dump());
 
   std::cout << "test_rank " << rank << ": started generation " << generation << " of "
@@ -167,7 +214,7 @@ int main() {
   std::cerr << "test_rank " << rank << ": a line on stderr" << std::endl;
 
   const bool crashes = rank == crash_rank && generation <= crash_generations;
-  for (long step = 1; step <= steps; ++step) {
+  for (long step = first_step; step <= steps; ++step) {
     std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
     const double loss = 5.0 / static_cast<double>(step + 1);
     if (progress_fd >= 0) {
@@ -185,6 +232,11 @@ int main() {
     }
     std::cout << "test_rank " << rank << ": step " << step << "/" << steps << " loss " << loss
               << std::endl;
+    if (checkpoint && rank == 0) {
+      WriteAtomically(checkpoint_dir + "/committed", std::to_string(step) + "\n");
+      AppendLine(out_dir + "/history.log",
+                 "commit " + std::to_string(generation) + " " + std::to_string(step));
+    }
     if (crashes && step == crash_at) {
       // Crash only once the whole gang is up, so that the test sees every rank stopped.
       for (int i = 0; i < 500 && CountStarted(out_dir, generation) < world; ++i) {
