@@ -11,6 +11,10 @@ bin="${LOOM_BIN:-$root/build/bin}"
 cmd="${1:-up}"
 run="${2:-$root/.cache/local-cluster}"
 workers="${3:-2}"
+# Checkpoint dirs the jobs may use: every worker runs on this host, so this one folder is shared
+# by all of them (examples/parallel.yaml writes under it). Ranks run as `nobody` when the workers
+# run as root, so it is world-writable with the sticky bit, like /tmp.
+checkpoints="${LOOM_CHECKPOINT_ROOT:-/tmp/loom-checkpoints}"
 
 wait_file() {  # wait_file PATH SECONDS
   local i
@@ -26,14 +30,16 @@ case "$cmd" in
   up)
     "$0" down "$run" >/dev/null 2>&1 || true
     mkdir -p "$run"
+    mkdir -p "$checkpoints" && chmod 1777 "$checkpoints"
     rm -f "$run"/*.ready
     "$bin/loomd" --listen=127.0.0.1:0 --metrics-listen=127.0.0.1:0 --state-dir="$run/loomd" \
-      --ready-file="$run/loomd.ready" >"$run/loomd.log" 2>&1 &
+      --checkpoint-roots="$checkpoints" --ready-file="$run/loomd.ready" >"$run/loomd.log" 2>&1 &
     echo $! >"$run/loomd.pid"
     wait_file "$run/loomd.ready" 30
     server=$(json_field "$run/loomd.ready" grpc)
     for ((w = 0; w < workers; w++)); do
       "$bin/loom-worker" --coordinator="$server" --name="worker-$w" --cpu-devices=1 \
+        --checkpoint-roots="$checkpoints" \
         --work-dir="$run/worker-$w" --ready-file="$run/worker-$w.ready" \
         >"$run/worker-$w.log" 2>&1 &
       echo $! >"$run/worker-$w.pid"

@@ -87,6 +87,10 @@ struct ClusterOptions {
   // The workers' --rank-program: a binary name in the build's bin/ directory (e.g. "loom-train"),
   // or empty for test_rank next to the test binary.
   std::string rank_program;
+  // The workers' --rank-user. Empty: "root" when the tests run as root (the explicit opt-out, so
+  // that ranks can write the test's private temp dir), nothing otherwise (ranks run as the
+  // tests' user). Another user makes the temp dir and its out/ folder reachable by that user.
+  std::string rank_user;
 };
 
 class Cluster {

@@ -14,7 +14,8 @@
 //
 // The .started file is JSON: the pid, the whole rank environment as seen, and
 // "previous_generation_alive": the pids of the previous generation's ranks that were still
-// running when this rank started (a restarted gang must find none). Files are written
+// running when this rank started (a restarted gang must find none), its uid/euid/gid, and
+// whether it could create a file in LOOM_WORK_DIR and LOOM_CHECKPOINT_DIR. Files are written
 // atomically (temp file + rename) so a test never reads half of one.
 #include <dirent.h>
 #include <signal.h>
@@ -158,6 +159,16 @@ int main() {
     started[name] = Env(name);
   }
   started["previous_generation_alive"] = AliveRanksOfGeneration(out_dir, generation - 1);
+  // Who the rank runs as, and whether it can write the folders the worker prepared for it.
+  started["uid"] = static_cast<long>(getuid());
+  started["euid"] = static_cast<long>(geteuid());
+  started["gid"] = static_cast<long>(getgid());
+  for (const char* dir : {"LOOM_WORK_DIR", "LOOM_CHECKPOINT_DIR"}) {
+    const std::string probe = Env(dir) + "/.test_rank_probe";
+    const bool writable = std::ofstream(probe).good();
+    std::remove(probe.c_str());
+    started[std::string(dir) + "_writable"] = writable;
+  }
   const std::string stem =
       out_dir + "/gen" + std::to_string(generation) + "-rank" + std::to_string(rank);
   WriteAtomically(stem + ".started", started.dump());

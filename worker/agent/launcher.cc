@@ -1,6 +1,7 @@
 #include "worker/agent/launcher.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -16,7 +17,7 @@ namespace loom::worker {
 namespace {
 
 // What the child reports on the exec-error pipe: which step failed, and errno.
-enum ChildStep : int { kStepSetup = 1, kStepChdir = 2, kStepExec = 3 };
+enum ChildStep : int { kStepSetup = 1, kStepChdir = 2, kStepExec = 3, kStepUser = 4 };
 struct ChildError {
   int step;
   int err;
@@ -132,6 +133,13 @@ absl::StatusOr<LaunchedProcess> Launch(const LaunchRequest& request) {
     if (::close_range(5, ~0U, 0) != 0) {
       for (int fd = 5; fd < max_fd; ++fd) ::close(fd);
     }
+    if (request.switch_user) {
+      // Groups first: after setuid the process may no longer change them.
+      if (::setgroups(request.groups.size(), request.groups.data()) != 0 ||
+          ::setgid(request.gid) != 0 || ::setuid(request.uid) != 0) {
+        ChildFail(4, kStepUser);
+      }
+    }
     if (cwd != nullptr && ::chdir(cwd) != 0) ChildFail(4, kStepChdir);
     ::execve(program, argv.data(), envp.data());
     ChildFail(4, kStepExec);
@@ -146,8 +154,8 @@ absl::StatusOr<LaunchedProcess> Launch(const LaunchRequest& request) {
   ChildError child_error{0, 0};
   size_t got = 0;
   while (got < sizeof(child_error)) {
-    const ssize_t n = ::read(exec_err[0], reinterpret_cast<char*>(&child_error) + got,
-                             sizeof(child_error) - got);
+    const ssize_t n =
+        ::read(exec_err[0], reinterpret_cast<char*>(&child_error) + got, sizeof(child_error) - got);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     got += static_cast<size_t>(n);
@@ -158,9 +166,10 @@ absl::StatusOr<LaunchedProcess> Launch(const LaunchRequest& request) {
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
     for (int* p : {out, err, prog}) CloseIfOpen(p[0]);
-    const char* step = child_error.step == kStepChdir ? "chdir " : child_error.step == kStepExec
-                                                                       ? "exec "
-                                                                       : "set up ";
+    const char* step = child_error.step == kStepChdir  ? "chdir "
+                       : child_error.step == kStepExec ? "exec "
+                       : child_error.step == kStepUser ? "switch to the rank user for "
+                                                       : "set up ";
     const std::string& what = child_error.step == kStepChdir ? request.cwd : request.program;
     return absl::FailedPreconditionError(
         absl::StrCat(step, what, ": ", ErrnoText(child_error.err)));

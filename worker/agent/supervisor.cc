@@ -3,8 +3,8 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/syscall.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -78,12 +78,12 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
 
 struct Supervisor::Rank {
   explicit Rank(const loom::v1::RankAssignment& a, size_t max_line)
-      : assignment(a), splitters{LineSplitter(max_line), LineSplitter(max_line),
-                                 LineSplitter(max_line)} {}
+      : assignment(a),
+        splitters{LineSplitter(max_line), LineSplitter(max_line), LineSplitter(max_line)} {}
   loom::v1::RankAssignment assignment;
   pid_t pid = -1;  // also the process group id
   int pidfd = -1;
-  bool alive = false;  // launched and not reaped yet
+  bool alive = false;       // launched and not reaped yet
   std::string stop_reason;  // non-empty once the worker asked the rank to stop
   absl::Time kill_deadline = absl::InfiniteFuture();
   bool killed = false;  // SIGKILL sent
@@ -246,9 +246,8 @@ void Supervisor::Loop() {
         }
       }
     }
-    const int timeout_ms =
-        static_cast<int>(std::clamp<int64_t>(absl::ToInt64Milliseconds(wake_at - now) + 1, 0,
-                                             1000));
+    const int timeout_ms = static_cast<int>(
+        std::clamp<int64_t>(absl::ToInt64Milliseconds(wake_at - now) + 1, 0, 1000));
     const int ready = ::poll(fds.data(), fds.size(), timeout_ms);
     if (ready < 0 && errno != EINTR) {
       LOOM_LOG(ERROR) << "supervisor: poll: " << ErrnoText(errno);
@@ -314,8 +313,8 @@ void Supervisor::HandleAssign(loom::v1::Assignment a) {
       LOOM_LOG(INFO) << "supervisor: " << name << " generation " << a.generation()
                      << " is already assigned; ignoring the repeat";
     } else if (a.generation() < running) {
-      LOOM_LOG(WARNING) << "supervisor: ignoring stale " << name << " generation "
-                        << a.generation() << " (running " << running << ")";
+      LOOM_LOG(WARNING) << "supervisor: ignoring stale " << name << " generation " << a.generation()
+                        << " (running " << running << ")";
     } else {
       LOOM_LOG(INFO) << "supervisor: " << name << " generation " << a.generation()
                      << " supersedes generation " << running << "; stopping it first";
@@ -372,6 +371,30 @@ void Supervisor::FailAssignment(const loom::v1::Assignment& a, loom::v1::ExitCla
   while (finished_.size() > options_.finished_history) finished_.pop_front();
 }
 
+absl::Status Supervisor::GiveToRankUser(const RankPaths& paths, bool default_checkpoints) const {
+  const RankIdentity& user = options_.rank_user;
+  if (!user.switch_user) return absl::OkStatus();
+  std::vector<std::string> owned = {paths.work_dir, paths.checkpoint_dir};
+  if (default_checkpoints) owned.pop_back();  // inside the work dir: chowned below with it
+  std::error_code ec;
+  for (const std::string& dir : owned) {
+    // The job's own folders only (never a parent): recursively, so that a restart on this node
+    // finds its earlier files writable by the ranks.
+    for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+         !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+      if (::lchown(it->path().c_str(), user.uid, user.gid) != 0) {
+        return absl::InternalError(
+            absl::StrCat("chown ", it->path().string(), " to ", user.name, ": ", ErrnoText(errno)));
+      }
+    }
+    if (ec || ::lchown(dir.c_str(), user.uid, user.gid) != 0) {
+      return absl::InternalError(absl::StrCat("chown ", dir, " to ", user.name, ": ",
+                                              ec ? ec.message() : ErrnoText(errno)));
+    }
+  }
+  return absl::OkStatus();
+}
+
 void Supervisor::LaunchJob(loom::v1::Assignment a) {
   if (absl::Status valid = ValidateAssignment(a, options_.devices); !valid.ok()) {
     LOOM_LOG(WARNING) << "supervisor: refusing an invalid assignment: " << valid.message();
@@ -379,14 +402,22 @@ void Supervisor::LaunchJob(loom::v1::Assignment a) {
                    absl::StrCat("invalid assignment: ", valid.message()));
     return;
   }
+  if (absl::Status confined = CheckSpecPathsOnNode(a.spec(), options_.roots); !confined.ok()) {
+    LOOM_LOG(WARNING) << "supervisor: refusing " << a.job() << ": " << confined.message();
+    FailAssignment(a, loom::v1::EXIT_CLASS_PERMANENT, std::string(confined.message()));
+    return;
+  }
   // Validated above, so the id is a safe directory name.
   const std::string job_id = JobIdFromName(a.job()).value();
   RankPaths paths;
   paths.work_dir = absl::StrCat(options_.work_dir, "/jobs/", job_id);
   paths.spec_file = paths.work_dir + "/spec.json";
+  // A given checkpoint.dir gets the job's own folder inside it, so that jobs sharing a dir never
+  // resume from (or overwrite) each other's checkpoints.
   const bool default_checkpoints = a.spec().checkpoint().dir().empty();
-  paths.checkpoint_dir =
-      default_checkpoints ? paths.work_dir + "/checkpoints" : a.spec().checkpoint().dir();
+  paths.checkpoint_dir = default_checkpoints
+                             ? paths.work_dir + "/checkpoints"
+                             : absl::StrCat(a.spec().checkpoint().dir(), "/", job_id);
 
   // Every sub-message present, so that spec.json shows every field with its default.
   loom::v1::JobSpec spec = a.spec();
@@ -397,18 +428,17 @@ void Supervisor::LaunchJob(loom::v1::Assignment a) {
   print.always_print_primitive_fields = true;
   print.add_whitespace = true;
   absl::Status prepared = absl::OkStatus();
-  if (auto st = google::protobuf::util::MessageToJsonString(spec, &spec_json, print);
-      !st.ok()) {
+  if (auto st = google::protobuf::util::MessageToJsonString(spec, &spec_json, print); !st.ok()) {
     prepared = absl::InternalError(absl::StrCat("spec to JSON: ", std::string(st.message())));
   }
   std::error_code ec;
-  if (prepared.ok()) {
-    std::filesystem::create_directories(
-        default_checkpoints ? paths.checkpoint_dir : paths.work_dir, ec);
-    if (ec) prepared = absl::InternalError(absl::StrCat("mkdir ", paths.work_dir, ": ",
-                                                        ec.message()));
+  for (const std::string& dir : {paths.work_dir, paths.checkpoint_dir}) {
+    if (!prepared.ok()) break;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) prepared = absl::InternalError(absl::StrCat("mkdir ", dir, ": ", ec.message()));
   }
   if (prepared.ok()) prepared = WriteFileAtomically(paths.spec_file, spec_json);
+  if (prepared.ok()) prepared = GiveToRankUser(paths, default_checkpoints);
   if (!prepared.ok()) {
     // The node's disk, not the job: worth retrying elsewhere.
     LOOM_LOG(ERROR) << "supervisor: cannot prepare " << a.job() << ": " << prepared.message();
@@ -455,6 +485,10 @@ void Supervisor::LaunchJob(loom::v1::Assignment a) {
     request.env = options_.inherited_env;
     for (auto& [k, v] : BuildRankEnvironment(as, rank->assignment, paths)) request.env[k] = v;
     request.cwd = paths.work_dir;
+    request.switch_user = options_.rank_user.switch_user;
+    request.uid = options_.rank_user.uid;
+    request.gid = options_.rank_user.gid;
+    request.groups = options_.rank_user.groups;
     absl::StatusOr<LaunchedProcess> launched = Launch(request);
     if (!launched.ok()) {
       const bool permanent = absl::IsFailedPrecondition(launched.status());
@@ -464,8 +498,7 @@ void Supervisor::LaunchJob(loom::v1::Assignment a) {
       s.set_rank(rank->assignment.rank());
       s.set_phase(loom::v1::RANK_PHASE_EXITED);
       s.set_exit_code(permanent ? 127 : -1);
-      s.set_exit_class(permanent ? loom::v1::EXIT_CLASS_PERMANENT
-                                 : loom::v1::EXIT_CLASS_RETRYABLE);
+      s.set_exit_class(permanent ? loom::v1::EXIT_CLASS_PERMANENT : loom::v1::EXIT_CLASS_RETRYABLE);
       s.set_message(std::string(launched.status().message()));
       LOOM_LOG(WARNING) << "supervisor: " << as.job() << " rank " << rank->assignment.rank()
                         << " failed to start: " << launched.status().message();
@@ -509,10 +542,9 @@ void Supervisor::ReadPipe(Job& job, Rank& rank, int which, size_t budget) {
     const ssize_t n = ::read(rank.fds[which], buf, std::min(sizeof(buf), budget));
     if (n > 0) {
       budget -= static_cast<size_t>(n);
-      rank.splitters[which].Append(std::string_view(buf, static_cast<size_t>(n)),
-                                   [&](std::string line) {
-                                     OnLine(job, rank, which, std::move(line));
-                                   });
+      rank.splitters[which].Append(
+          std::string_view(buf, static_cast<size_t>(n)),
+          [&](std::string line) { OnLine(job, rank, which, std::move(line)); });
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -523,8 +555,7 @@ void Supervisor::ReadPipe(Job& job, Rank& rank, int which, size_t budget) {
 
 void Supervisor::ClosePipe(Job& job, Rank& rank, int which) {
   if (rank.fds[which] < 0) return;
-  rank.splitters[which].Flush(
-      [&](std::string line) { OnLine(job, rank, which, std::move(line)); });
+  rank.splitters[which].Flush([&](std::string line) { OnLine(job, rank, which, std::move(line)); });
   ::close(rank.fds[which]);
   rank.fds[which] = -1;
 }
@@ -637,8 +668,8 @@ void Supervisor::EmitExit(loom::v1::RankStatus status) {
 void Supervisor::FinishJobs() {
   for (auto it = jobs_.begin(); it != jobs_.end();) {
     Job& job = *it->second;
-    const bool any_alive = std::any_of(job.ranks.begin(), job.ranks.end(),
-                                       [](const auto& r) { return r->alive; });
+    const bool any_alive =
+        std::any_of(job.ranks.begin(), job.ranks.end(), [](const auto& r) { return r->alive; });
     if (any_alive) {
       ++it;
       continue;
