@@ -36,7 +36,7 @@ absl::StatusOr<std::string> NormalizeSpecPath(absl::string_view path, absl::stri
     }
     absl::StrAppend(&out, "/", part);
   }
-  if (out.empty()) out = "/";
+  if (out.empty()) return std::string(1, '/');
   return out;
 }
 

@@ -69,14 +69,6 @@ bool IsValidName(std::string_view name) {
   });
 }
 
-bool IsValidEnvKey(std::string_view key) {
-  if (key.empty()) return false;
-  if (!((key[0] >= 'A' && key[0] <= 'Z') || key[0] == '_')) return false;
-  return std::all_of(key.begin(), key.end(), [](char c) {
-    return (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
-  });
-}
-
 // Divisors of n (n >= 1), ascending; at most `max_count` of them (the
 // smallest).
 std::vector<int64_t> Divisors(int64_t n, size_t max_count = 12) {
