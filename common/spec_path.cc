@@ -63,7 +63,7 @@ absl::Status CheckUnderRoots(absl::string_view path, const std::vector<std::stri
   for (const std::string& root : roots) {
     if (IsUnderRoot(path, root)) return absl::OkStatus();
   }
-  return absl::PermissionDeniedError(
+  return absl::FailedPreconditionError(
       absl::StrCat(field, ": ", Echo(path), " is outside the directories this cluster allows (",
                    absl::StrJoin(roots, ", "),
                    "); use a path under one of them (the operator sets ", "them with ", flag, ")"));

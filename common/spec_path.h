@@ -33,7 +33,8 @@ absl::StatusOr<std::vector<std::string>> ParseRoots(absl::string_view value,
                                                     absl::string_view flag);
 
 // OK when `roots` is empty (no allow-list) or the normalised `path` is under one of them;
-// otherwise PERMISSION_DENIED naming `field`, the roots and the `flag` that sets them.
+// otherwise FAILED_PRECONDITION (the operator's configuration refuses it; exit 2 in loomctl) naming
+// `field`, the roots and the `flag` that sets them.
 absl::Status CheckUnderRoots(absl::string_view path, const std::vector<std::string>& roots,
                              absl::string_view field, absl::string_view flag);
 

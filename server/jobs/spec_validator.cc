@@ -193,9 +193,9 @@ absl::Status CheckModel(v1::ModelSpec &model) {
   return absl::OkStatus();
 }
 
-// Shape and confinement only: loomd never opens a user's file (the worker checks that it exists,
-// on the node that reads it). Normalises the paths in place.
-absl::Status CheckData(v1::DataSpec &data, const SpecPolicy &policy) {
+// Shape only (the roots are checked later): loomd never opens a user's file (the worker checks that
+// it exists, on the node that reads it). Normalises the paths in place.
+absl::Status CheckData(v1::DataSpec &data) {
   if (!data.path().empty() && !data.builtin().empty()) {
     return Invalid("spec.data", "give either spec.data.path or spec.data.builtin, not both");
   }
@@ -215,11 +215,21 @@ absl::Status CheckData(v1::DataSpec &data, const SpecPolicy &policy) {
     if (path->empty()) continue;
     ASSIGN_OR_RETURN(*path, NormalizeSpecPath(*path, field));
   }
-  for (const auto &[field, path] : paths) {
+  return absl::OkStatus();
+}
+
+// The operator's roots (FAILED_PRECONDITION), for the paths CheckData and
+// CheckCheckpointAndRestart normalised.
+absl::Status CheckRoots(const v1::JobSpec &spec, const SpecPolicy &policy) {
+  const std::pair<const char *, const std::string *> data[] = {
+      {"spec.data.path", &spec.data().path()}, {"spec.data.val_path", &spec.data().val_path()}};
+  for (const auto &[field, path] : data) {
     if (path->empty()) continue;
     RETURN_IF_ERROR(CheckUnderRoots(*path, policy.data_roots, field, "loomd --data-roots"));
   }
-  return absl::OkStatus();
+  if (spec.checkpoint().dir().empty()) return absl::OkStatus();
+  return CheckUnderRoots(spec.checkpoint().dir(), policy.checkpoint_roots, "spec.checkpoint.dir",
+                         "loomd --checkpoint-roots");
 }
 
 // Counts must be exact as JSON numbers (see kMaxCount).
@@ -448,14 +458,12 @@ absl::Status CheckBatch(v1::TrainSpec &train, v1::ParallelismSpec &parallelism,
 
 // Normalises checkpoint.dir in place. The job's checkpoints go to <dir>/<job id> (the worker
 // adds the job's own folder), so jobs sharing a dir never read or overwrite each other's.
-absl::Status CheckCheckpointAndRestart(v1::JobSpec &spec, const SpecPolicy &policy) {
+absl::Status CheckCheckpointAndRestart(v1::JobSpec &spec) {
   RETURN_IF_ERROR(CheckNonNegative("spec.checkpoint.every_steps", spec.checkpoint().every_steps()));
   RETURN_IF_ERROR(CheckCount("spec.checkpoint.every_steps", spec.checkpoint().every_steps()));
   if (!spec.checkpoint().dir().empty()) {
     std::string &dir = *spec.mutable_checkpoint()->mutable_dir();
     ASSIGN_OR_RETURN(dir, NormalizeSpecPath(dir, "spec.checkpoint.dir"));
-    RETURN_IF_ERROR(CheckUnderRoots(dir, policy.checkpoint_roots, "spec.checkpoint.dir",
-                                    "loomd --checkpoint-roots"));
   }
   v1::RestartSpec &restart = *spec.mutable_restart();
   if (restart.max_restarts() < 0 || restart.max_restarts() > kMaxRestarts) {
@@ -525,13 +533,14 @@ absl::StatusOr<ValidatedSpec> ValidateJobSpec(const v1::JobSpec &spec,
   RETURN_IF_ERROR(CheckName(s));
   RETURN_IF_ERROR(CheckResources(s.resources(), out));
   RETURN_IF_ERROR(CheckModel(*s.mutable_model()));
-  RETURN_IF_ERROR(CheckData(*s.mutable_data(), policy));
+  RETURN_IF_ERROR(CheckData(*s.mutable_data()));
   RETURN_IF_ERROR(CheckTrain(*s.mutable_train(), s.model(), out.device_kind));
   RETURN_IF_ERROR(CheckParallelism(*s.mutable_parallelism(), s.model(), out, out.layout));
   RETURN_IF_ERROR(CheckBatch(*s.mutable_train(), *s.mutable_parallelism(), out.layout));
-  RETURN_IF_ERROR(CheckCheckpointAndRestart(s, policy));
+  RETURN_IF_ERROR(CheckCheckpointAndRestart(s));
   RETURN_IF_ERROR(CheckEnv(s));
-  // FAILED_PRECONDITION: what the cluster has now.
+  // FAILED_PRECONDITION: what the operator allows and what the cluster has now.
+  RETURN_IF_ERROR(CheckRoots(s, policy));
   RETURN_IF_ERROR(CheckCapacity(out, capacity));
   return out;
 }

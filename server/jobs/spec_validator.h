@@ -3,8 +3,8 @@
 //
 // Errors name the field by its proto JSON path (e.g. `spec.resources.gpus`) and say how to fix
 // it. INVALID_ARGUMENT: the spec is wrong whatever the cluster. FAILED_PRECONDITION: the spec is
-// well formed but the cluster cannot run it now (too few devices). PERMISSION_DENIED: a path
-// outside the operator's roots (SpecPolicy).
+// well formed but the cluster cannot run it now (too few devices, a path outside the
+// operator's roots: SpecPolicy).
 // Validation stops at the first error; INVALID_ARGUMENT rules are checked before any
 // FAILED_PRECONDITION rule, so a spec that is wrong is reported as wrong.
 //

@@ -44,7 +44,7 @@ absl::Status CheckOne(const std::string& path, const std::vector<std::string>& r
     for (const std::string& root : *resolved_roots) inside = inside || IsUnderRoot(*resolved, root);
     if (!inside) {
       const bool through_link = *resolved != *normal;
-      return absl::PermissionDeniedError(absl::StrCat(
+      return absl::FailedPreconditionError(absl::StrCat(
           field, ": ", Echo(path),
           through_link ? " resolves (through a symbolic link) to a path" : "",
           " outside this worker's directories (", absl::StrJoin(roots, ", "),

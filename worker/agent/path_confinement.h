@@ -29,9 +29,9 @@ absl::StatusOr<std::string> ResolveExistingPrefix(const std::string& path);
 
 // Checks spec.data.path and val_path (under `roots.data` once resolved, and existing regular
 // files) and spec.checkpoint.dir (under `roots.checkpoint` once resolved). An empty root list
-// allows everything. Errors name the field: PERMISSION_DENIED outside the roots,
-// FAILED_PRECONDITION for a missing or non-regular data file, INVALID_ARGUMENT for a malformed
-// path. Every one is permanent for the job.
+// allows everything. Errors name the field: FAILED_PRECONDITION outside the roots or for a
+// missing or non-regular data file, INVALID_ARGUMENT for a malformed path. Every one is permanent
+// for the job.
 absl::Status CheckSpecPathsOnNode(const loom::v1::JobSpec& spec, const PathRoots& roots);
 
 }  // namespace loom::worker
