@@ -37,9 +37,17 @@ case "$cmd" in
     echo $! >"$run/loomd.pid"
     wait_file "$run/loomd.ready" 30
     server=$(json_field "$run/loomd.ready" grpc)
+    # A root worker runs its ranks as `nobody`, who must reach the rank program and the work
+    # dirs; in a private folder (a clone under /root) it cannot, and this loopback demo then
+    # opts out explicitly. A real deployment installs the binaries where every user can run them.
+    rank_user=()
+    if [ "$(id -u)" = 0 ] && ! runuser -u nobody -- test -x "$bin/loom-train" 2>/dev/null; then
+      echo "cluster: user nobody cannot run $bin/loom-train (a private folder?); the ranks run as root (--rank-user=root)" >&2
+      rank_user=(--rank-user=root)
+    fi
     for ((w = 0; w < workers; w++)); do
       "$bin/loom-worker" --coordinator="$server" --name="worker-$w" --cpu-devices=1 \
-        --checkpoint-roots="$checkpoints" \
+        --checkpoint-roots="$checkpoints" "${rank_user[@]}" \
         --work-dir="$run/worker-$w" --ready-file="$run/worker-$w.ready" \
         >"$run/worker-$w.log" 2>&1 &
       echo $! >"$run/worker-$w.pid"

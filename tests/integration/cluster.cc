@@ -295,7 +295,7 @@ Cluster::Cluster(ClusterOptions options) : options_(options) {
   const char* env_bin = std::getenv("LOOM_TEST_BIN_DIR");
   bin_dir_ = (env_bin != nullptr && env_bin[0] != '\0') ? env_bin : LOOM_TEST_BIN_DIR;
   test_rank_path_ = options_.rank_program.empty() ? ExeDir() + "/test_rank"
-                                                 : bin_dir_ + "/" + options_.rank_program;
+                                                  : bin_dir_ + "/" + options_.rank_program;
 }
 
 Cluster::~Cluster() { Shutdown(); }
@@ -392,13 +392,13 @@ absl::Status Cluster::StartWorker(int index) {
   std::filesystem::remove(ready);
   std::vector<std::string> argv = {
       bin_dir_ + "/loom-worker", absl::StrCat("--coordinator=", loomd_address_),
-       "--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0", absl::StrCat("--name=", name),
-       absl::StrCat("--cpu-devices=", options_.cpu_devices_per_worker),
-       absl::StrCat("--work-dir=", dir_, "/work-", index), absl::StrCat("--ready-file=", ready),
-       absl::StrCat("--rank-program=", test_rank_path_),
-       // Data files and shared checkpoint dirs of the tests live in the cluster's temp dir.
-       absl::StrCat("--data-roots=", dir_), absl::StrCat("--checkpoint-roots=", dir_),
-       absl::StrCat("--stop-grace-ms=", options_.stop_grace_ms)};
+      "--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0", absl::StrCat("--name=", name),
+      absl::StrCat("--cpu-devices=", options_.cpu_devices_per_worker),
+      absl::StrCat("--work-dir=", dir_, "/work-", index), absl::StrCat("--ready-file=", ready),
+      absl::StrCat("--rank-program=", test_rank_path_),
+      // Data files and shared checkpoint dirs of the tests live in the cluster's temp dir.
+      absl::StrCat("--data-roots=", dir_), absl::StrCat("--checkpoint-roots=", dir_),
+      absl::StrCat("--stop-grace-ms=", options_.stop_grace_ms)};
   const std::string rank_user =
       !options_.rank_user.empty() ? options_.rank_user : (geteuid() == 0 ? "root" : "");
   if (!rank_user.empty()) argv.push_back(absl::StrCat("--rank-user=", rank_user));
