@@ -110,6 +110,14 @@ absl::StatusOr<LaunchedProcess> Launch(const LaunchRequest& request) {
     // Child: async-signal-safe calls only.
     const int report = exec_err[1];
     if (::setpgid(0, 0) != 0) ChildFail(report, kStepSetup);
+    // The user first: a change of credentials clears the parent-death signal set below.
+    if (request.switch_user) {
+      // Groups first: after setuid the process may no longer change them.
+      if (::setgroups(request.groups.size(), request.groups.data()) != 0 ||
+          ::setgid(request.gid) != 0 || ::setuid(request.uid) != 0) {
+        ChildFail(report, kStepUser);
+      }
+    }
     if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) ChildFail(report, kStepSetup);
     if (::getppid() != parent) _exit(127);  // the worker died before the death signal was armed
     sigset_t none;
@@ -132,13 +140,6 @@ absl::StatusOr<LaunchedProcess> Launch(const LaunchRequest& request) {
     if (::dup3(src[4], 4, O_CLOEXEC) < 0) ChildFail(src[4], kStepSetup);
     if (::close_range(5, ~0U, 0) != 0) {
       for (int fd = 5; fd < max_fd; ++fd) ::close(fd);
-    }
-    if (request.switch_user) {
-      // Groups first: after setuid the process may no longer change them.
-      if (::setgroups(request.groups.size(), request.groups.data()) != 0 ||
-          ::setgid(request.gid) != 0 || ::setuid(request.uid) != 0) {
-        ChildFail(4, kStepUser);
-      }
     }
     if (cwd != nullptr && ::chdir(cwd) != 0) ChildFail(4, kStepChdir);
     ::execve(program, argv.data(), envp.data());

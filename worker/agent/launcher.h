@@ -33,8 +33,9 @@ struct LaunchRequest {
   std::vector<std::string> args;  // argv[1..]; argv[0] is `program`
   std::map<std::string, std::string> env;
   std::string cwd;
-  // When switch_user, the child drops to this identity before chdir and exec: setgroups(groups),
-  // setgid(gid), setuid(uid), in that order (a failure is reported like an exec failure).
+  // When switch_user, the child drops to this identity first: setgroups(groups), setgid(gid),
+  // setuid(uid), in that order, before arming PR_SET_PDEATHSIG (a change of credentials clears
+  // it). A failure is reported like an exec failure.
   bool switch_user = false;
   uid_t uid = 0;
   gid_t gid = 0;
