@@ -418,6 +418,22 @@ TEST_F(SupervisorTest, CheckpointDirIsPrivateToTheJobAndConfinedToTheRoots) {
   EXPECT_EQ(s.stats().launches, 1);
 }
 
+// Once ranks ran in a work dir, it is theirs: what they leave there (a link at the spec's temp
+// file, a link in place of the checkpoint folder) never steers the worker's own writes.
+TEST_F(SupervisorTest, LinksLeftInTheWorkDirAreNotFollowed) {
+  const std::string victim = dir_ + "/victim";
+  std::ofstream(victim) << "precious";
+  const std::string job_dir = dir_ + "/jobs/linked";
+  std::filesystem::create_directories(job_dir);
+  std::filesystem::create_symlink(victim, job_dir + "/spec.json.tmp");
+  Supervisor& s = Start("exit 0");
+  s.Assign(Job("linked", 1, 1));
+  ASSERT_TRUE(WaitExits("jobs/linked", 1));
+  EXPECT_EQ(recorder_.Snapshot().Exit("jobs/linked", 0)->exit_class(), v1::EXIT_CLASS_SUCCESS);
+  EXPECT_EQ(ReadFile(victim), "precious");
+  EXPECT_THAT(ReadFile(job_dir + "/spec.json"), HasSubstr("\"name\": \"linked\""));
+}
+
 // A root worker runs its ranks as an unprivileged user, which owns the job's folders.
 TEST_F(SupervisorTest, RanksRunAsTheRankUserAndOwnTheirFolders) {
   if (::geteuid() != 0) GTEST_SKIP() << "switching users needs root";

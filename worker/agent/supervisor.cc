@@ -60,13 +60,29 @@ void FillTopLevelMessages(google::protobuf::Message* m) {
 }
 
 // Writes `content` to `path` through a temp file and a rename, so a reader never sees half.
+// The job's work dir belongs to the rank user once ranks ran there, so whatever a rank left at
+// `tmp` (e.g. a symbolic link to a system file) is removed first and the file is created anew,
+// never followed: the worker may be root.
 absl::Status WriteFileAtomically(const std::string& path, const std::string& content) {
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << content;
-    out.flush();
-    if (!out) return absl::InternalError(absl::StrCat("writing ", tmp, " failed"));
+  if (::unlink(tmp.c_str()) != 0 && errno != ENOENT) {
+    return absl::InternalError(absl::StrCat("unlink ", tmp, ": ", ErrnoText(errno)));
+  }
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) return absl::InternalError(absl::StrCat("create ", tmp, ": ", ErrnoText(errno)));
+  size_t written = 0;
+  while (written < content.size()) {
+    const ssize_t n = ::write(fd, content.data() + written, content.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      ::close(fd);
+      return absl::InternalError(absl::StrCat("write ", tmp, ": ", ErrnoText(err)));
+    }
+    written += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0) {
+    return absl::InternalError(absl::StrCat("close ", tmp, ": ", ErrnoText(errno)));
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
@@ -371,25 +387,25 @@ void Supervisor::FailAssignment(const loom::v1::Assignment& a, loom::v1::ExitCla
   while (finished_.size() > options_.finished_history) finished_.pop_front();
 }
 
-absl::Status Supervisor::GiveToRankUser(const RankPaths& paths, bool default_checkpoints) const {
+absl::Status Supervisor::GiveToRankUser(const RankPaths& paths) const {
   const RankIdentity& user = options_.rank_user;
   if (!user.switch_user) return absl::OkStatus();
-  std::vector<std::string> owned = {paths.work_dir, paths.checkpoint_dir};
-  if (default_checkpoints) owned.pop_back();  // inside the work dir: chowned below with it
-  std::error_code ec;
-  for (const std::string& dir : owned) {
-    // The job's own folders only (never a parent): recursively, so that a restart on this node
-    // finds its earlier files writable by the ranks.
-    for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
-         !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-      if (::lchown(it->path().c_str(), user.uid, user.gid) != 0) {
-        return absl::InternalError(
-            absl::StrCat("chown ", it->path().string(), " to ", user.name, ": ", ErrnoText(errno)));
-      }
+  // The folders the worker created for the job, never their contents: what is inside was
+  // written by the ranks (already theirs) or by the worker for them to read (spec.json), and a
+  // recursive chown as root could be steered by a rank's hard links onto files it must not own.
+  for (const std::string& dir : {paths.work_dir, paths.checkpoint_dir}) {
+    struct stat info {};
+    int err = 0;
+    if (::lstat(dir.c_str(), &info) != 0) {
+      err = errno;
+    } else if (!S_ISDIR(info.st_mode)) {
+      err = ENOTDIR;  // e.g. a link a rank put in place of its checkpoint folder
+    } else if (::lchown(dir.c_str(), user.uid, user.gid) != 0) {
+      err = errno;
     }
-    if (ec || ::lchown(dir.c_str(), user.uid, user.gid) != 0) {
-      return absl::InternalError(absl::StrCat("chown ", dir, " to ", user.name, ": ",
-                                              ec ? ec.message() : ErrnoText(errno)));
+    if (err != 0) {
+      return absl::InternalError(
+          absl::StrCat("chown ", dir, " to ", user.name, ": ", ErrnoText(err)));
     }
   }
   return absl::OkStatus();
@@ -438,7 +454,7 @@ void Supervisor::LaunchJob(loom::v1::Assignment a) {
     if (ec) prepared = absl::InternalError(absl::StrCat("mkdir ", dir, ": ", ec.message()));
   }
   if (prepared.ok()) prepared = WriteFileAtomically(paths.spec_file, spec_json);
-  if (prepared.ok()) prepared = GiveToRankUser(paths, default_checkpoints);
+  if (prepared.ok()) prepared = GiveToRankUser(paths);
   if (!prepared.ok()) {
     // The node's disk, not the job: worth retrying elsewhere.
     LOOM_LOG(ERROR) << "supervisor: cannot prepare " << a.job() << ": " << prepared.message();

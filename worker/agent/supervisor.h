@@ -132,9 +132,9 @@ class Supervisor {
   void HandleAssign(loom::v1::Assignment assignment);
   void HandleCancel(const Command& command);
   void LaunchJob(loom::v1::Assignment assignment);
-  // Gives the job's work dir and checkpoint folder (and what is in them) to the rank user, when
+  // Gives the job's work dir and checkpoint folder (not their contents) to the rank user, when
   // ranks run as another user than the worker. INTERNAL with errno otherwise.
-  absl::Status GiveToRankUser(const RankPaths& paths, bool default_checkpoints) const;
+  absl::Status GiveToRankUser(const RankPaths& paths) const;
   // Reports every rank of an assignment that cannot start as EXITED with `exit_class`.
   void FailAssignment(const loom::v1::Assignment& assignment, loom::v1::ExitClass exit_class,
                       const std::string& message);

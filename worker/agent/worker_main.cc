@@ -88,10 +88,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--data-roots", data_roots,
                  "Comma-separated directories that spec.data.path and val_path must resolve "
-                 "under, symbolic links followed (default: the work dir)");
+                 "under, symbolic links followed (default: the work dir; / allows any)");
   app.add_option("--checkpoint-roots", checkpoint_roots,
                  "Comma-separated directories that spec.checkpoint.dir must resolve under "
-                 "(default: the work dir)");
+                 "(default: the work dir; / allows any)");
   app.add_option("--rank-user", rank_user,
                  "User the ranks run as when the worker runs as root (default: nobody; root "
                  "is the explicit opt-out for development)");
