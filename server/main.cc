@@ -5,6 +5,7 @@
 //         [--ready-file=PATH] [--advertise=HOST:PORT]
 //         [--heartbeat-interval-ms=1000] [--node-timeout-ms=10000]
 //         (--tls-cert=PEM --tls-key=PEM [--tls-client-ca=PEM] [--tokens-file=FILE] | --insecure)
+//         [--data-roots=DIR[,DIR]] [--checkpoint-roots=DIR[,DIR]]
 //
 // Exit status: 0 after a graceful stop (SIGTERM/SIGINT), 2 for bad flags, 1 when it cannot
 // start (state dir unusable, port taken).
@@ -14,12 +15,16 @@
 #include <cstdint>
 #include <iostream>
 #include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/logging.h"
 #include "common/ready_file.h"
+#include "common/spec_path.h"
 #include "server/jobs/default_spec_validator.h"
 #include "server/rpc/loomd_server.h"
 
@@ -29,6 +34,8 @@ int main(int argc, char** argv) {
   std::string ready_file;
   int64_t heartbeat_ms = 1000;
   int64_t node_timeout_ms = 10000;
+  std::string data_roots;
+  std::string checkpoint_roots;
   app.add_option("--listen", config.listen, "gRPC address HOST:PORT (port 0: any free port)")
       ->capture_default_str();
   app.add_option("--metrics-listen", config.metrics_listen,
@@ -62,6 +69,12 @@ int main(int argc, char** argv) {
   app.add_flag("--insecure", config.insecure,
                "Plaintext gRPC, for loopback development only; without --tokens-file every "
                "caller is admin");
+  app.add_option("--data-roots", data_roots,
+                 "Comma-separated directories that spec.data.path and val_path must lie under "
+                 "(default: any absolute path; workers check their own --data-roots too)");
+  app.add_option("--checkpoint-roots", checkpoint_roots,
+                 "Comma-separated directories, shared by every node, that spec.checkpoint.dir "
+                 "must lie under (default: any absolute path)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -70,6 +83,17 @@ int main(int argc, char** argv) {
   }
   config.heartbeat_interval = absl::Milliseconds(heartbeat_ms);
   config.node_timeout = absl::Milliseconds(node_timeout_ms);
+  loom::jobs::SpecPolicy policy;
+  for (auto [flag, value, out] :
+       {std::tuple{"--data-roots", &data_roots, &policy.data_roots},
+        std::tuple{"--checkpoint-roots", &checkpoint_roots, &policy.checkpoint_roots}}) {
+    absl::StatusOr<std::vector<std::string>> roots = loom::ParseRoots(*value, flag);
+    if (!roots.ok()) {
+      std::cerr << "loomd: " << roots.status().message() << "\n";
+      return 2;
+    }
+    *out = *std::move(roots);
+  }
 
   // Block the stop signals in every thread (threads inherit the mask), so that only
   // sigwait() below sees them and shutdown runs on the main thread, not in a handler.
@@ -81,8 +105,8 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   loom::SystemClock clock;
-  absl::StatusOr<std::unique_ptr<loom::rpc::LoomdServer>> server =
-      loom::rpc::LoomdServer::Start(config, &clock, loom::jobs::MakeSpecValidator());
+  absl::StatusOr<std::unique_ptr<loom::rpc::LoomdServer>> server = loom::rpc::LoomdServer::Start(
+      config, &clock, loom::jobs::MakeSpecValidator(std::move(policy)));
   if (!server.ok()) {
     LOOM_LOG(ERROR) << "loomd cannot start: " << server.status();
     return absl::IsInvalidArgument(server.status()) ? 2 : 1;

@@ -16,6 +16,10 @@ bin="${LOOM_BIN:-$root/build/bin}"
 cmd="${1:-up}"
 run="${2:-$root/.cache/local-cluster}"
 workers="${3:-2}"
+# Checkpoint dirs the jobs may use: every worker runs on this host, so this one folder is shared
+# by all of them (examples/parallel.yaml writes under it). Ranks run as `nobody` when the workers
+# run as root, so it is world-writable with the sticky bit, like /tmp.
+checkpoints="${LOOM_CHECKPOINT_ROOT:-/tmp/loom-checkpoints}"
 
 wait_file() {  # wait_file PATH SECONDS
   local i
@@ -31,6 +35,7 @@ case "$cmd" in
   up)
     "$0" down "$run" >/dev/null 2>&1 || true
     mkdir -p "$run"
+    mkdir -p "$checkpoints" && chmod 1777 "$checkpoints"
     rm -f "$run"/*.ready
     run=$(cd "$run" && pwd)
     certs="$run/certs"
@@ -44,12 +49,22 @@ case "$cmd" in
       worker_security=(--tls-ca="$certs/ca.pem" --join-token-file="$certs/node.token")
     fi
     "$bin/loomd" --listen=127.0.0.1:0 --metrics-listen=127.0.0.1:0 --state-dir="$run/loomd" \
-      --ready-file="$run/loomd.ready" "${loomd_security[@]}" >"$run/loomd.log" 2>&1 &
+      --checkpoint-roots="$checkpoints" --ready-file="$run/loomd.ready" "${loomd_security[@]}" \
+      >"$run/loomd.log" 2>&1 &
     echo $! >"$run/loomd.pid"
     wait_file "$run/loomd.ready" 30
     server=$(json_field "$run/loomd.ready" grpc)
+    # A root worker runs its ranks as `nobody`, who must reach the rank program and the work
+    # dirs; in a private folder (a clone under /root) it cannot, and this loopback demo then
+    # opts out explicitly. A real deployment installs the binaries where every user can run them.
+    rank_user=()
+    if [ "$(id -u)" = 0 ] && ! runuser -u nobody -- test -x "$bin/loom-train" 2>/dev/null; then
+      echo "cluster: user nobody cannot run $bin/loom-train (a private folder?); the ranks run as root (--rank-user=root)" >&2
+      rank_user=(--rank-user=root)
+    fi
     for ((w = 0; w < workers; w++)); do
       "$bin/loom-worker" --coordinator="$server" --name="worker-$w" --cpu-devices=1 \
+        --checkpoint-roots="$checkpoints" "${rank_user[@]}" \
         --work-dir="$run/worker-$w" --ready-file="$run/worker-$w.ready" \
         "${worker_security[@]}" >"$run/worker-$w.log" 2>&1 &
       echo $! >"$run/worker-$w.pid"

@@ -6,19 +6,19 @@
 
 namespace loom::jobs {
 
-SpecValidator MakeSpecValidator(std::shared_ptr<const FileProbe> files) {
-  if (files == nullptr) files = std::make_shared<LocalFileProbe>();
-  return [files = std::move(files)](const v1::JobSpec& spec,
-                                    const nodes::Capacity& ready) -> absl::StatusOr<AcceptedSpec> {
-    ClusterCapacity capacity;
-    capacity.gpu.total = ready.gpus;
-    capacity.gpu.max_per_node = ready.max_gpus_per_node;
-    capacity.cpu.total = ready.cpu_devices;
-    capacity.cpu.max_per_node = ready.max_cpu_devices_per_node;
-    capacity.ready_nodes = ready.ready_nodes;
-    ASSIGN_OR_RETURN(ValidatedSpec validated, ValidateJobSpec(spec, capacity, *files));
-    return AcceptedSpec{std::move(validated.spec), std::move(validated.layout)};
-  };
+SpecValidator MakeSpecValidator(SpecPolicy policy) {
+  return
+      [policy = std::move(policy)](const v1::JobSpec& spec,
+                                   const nodes::Capacity& ready) -> absl::StatusOr<AcceptedSpec> {
+        ClusterCapacity capacity;
+        capacity.gpu.total = ready.gpus;
+        capacity.gpu.max_per_node = ready.max_gpus_per_node;
+        capacity.cpu.total = ready.cpu_devices;
+        capacity.cpu.max_per_node = ready.max_cpu_devices_per_node;
+        capacity.ready_nodes = ready.ready_nodes;
+        ASSIGN_OR_RETURN(ValidatedSpec validated, ValidateJobSpec(spec, capacity, policy));
+        return AcceptedSpec{std::move(validated.spec), std::move(validated.layout)};
+      };
 }
 
 }  // namespace loom::jobs

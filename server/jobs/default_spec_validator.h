@@ -1,16 +1,13 @@
-// Binds the job manager's SpecValidator to ValidateJobSpec (server/jobs/spec_validator.h):
-// the capacity of READY nodes as the node registry counts it, and data files probed on the
-// local file system (or through an injected probe in tests).
+// Binds the job manager's SpecValidator to ValidateJobSpec (server/jobs/spec_validator.h): the
+// capacity of READY nodes as the node registry counts it, and the operator's path roots.
 #pragma once
-
-#include <memory>
 
 #include "server/jobs/job_manager.h"
 #include "server/jobs/spec_validator.h"
 
 namespace loom::jobs {
 
-// `files` null means LocalFileProbe.
-SpecValidator MakeSpecValidator(std::shared_ptr<const FileProbe> files = nullptr);
+// `policy`: loomd's --data-roots and --checkpoint-roots (empty: syntactic path checks only).
+SpecValidator MakeSpecValidator(SpecPolicy policy = {});
 
 }  // namespace loom::jobs

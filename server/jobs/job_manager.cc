@@ -10,12 +10,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/echo.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "google/protobuf/util/time_util.h"
 #include "server/jobs/auto_plan.h"
+#include "server/jobs/checkpoint_placement.h"
 #include "server/jobs/job_manager_helpers.h"
 #include "server/jobs/job_state_machine.h"
+#include "server/jobs/memory_fit.h"
 #include "server/planner_service/plan_mapping.h"
 #include "server/scheduler/gang_scheduler.h"
 
@@ -127,7 +131,7 @@ absl::Status JobManager::Restore() {
     active->sequence = stored.sequence;
     active->job = std::move(stored.job);
     std::tie(active->kind, active->world_size) = Demand(active->job.spec());
-    active->tensor = std::max(1, active->job.layout().tensor());
+    active->tensor = PlacementGroup(active->job.spec(), active->job.layout());
     active->ready_since = now;
     active->restart_at = now;
     active->last_progress_write = now;
@@ -217,10 +221,14 @@ absl::StatusOr<v1::Job> JobManager::CreateJob(const v1::CreateJobRequest& reques
     if (!request.request_id().empty()) {
       ASSIGN_OR_RETURN(std::optional<store::StoredJob> existing,
                        store_->FindJobByRequestId(store::RequestKey(tenant, request.request_id())));
-      if (existing.has_value()) name = existing->job.name();
+      if (existing.has_value()) {
+        RETURN_IF_ERROR(CheckSameRequest(request, existing->job));
+        name = existing->job.name();
+      }
     }
     if (name.empty()) {
-      ASSIGN_OR_RETURN(AcceptedSpec accepted, validator_(request.spec(), nodes_.ReadyCapacity()));
+      const nodes::Capacity capacity = nodes_.ReadyCapacity();
+      ASSIGN_OR_RETURN(AcceptedSpec accepted, validator_(request.spec(), capacity));
       const absl::Time now = clock_->Now();
       v1::Job job;
       std::string reason = "created; waiting for devices";
@@ -236,6 +244,13 @@ absl::StatusOr<v1::Job> JobManager::CreateJob(const v1::CreateJobRequest& reques
         if (planned.plan.has_value()) *job.mutable_plan() = std::move(*planned.plan);
         if (!planned.note.empty()) absl::StrAppend(&reason, "; ", planned.note);
       }
+      // Refusals that depend on the final layout (auto's included).
+      RETURN_IF_ERROR(CheckMemoryFit(accepted.spec, accepted.layout, IsAutoLayout(accepted.spec),
+                                     nodes_.List()));
+      RETURN_IF_ERROR(CheckCheckpointPlacement(accepted.spec, accepted.layout,
+                                               accepted.spec.resources().gpus() > 0
+                                                   ? capacity.max_gpus_per_node
+                                                   : capacity.max_cpu_devices_per_node));
       job.set_name(absl::StrCat("jobs/", NewJobId(now, id_gen_)));
       *job.mutable_spec() = std::move(accepted.spec);
       *job.mutable_layout() = std::move(accepted.layout);
@@ -247,7 +262,7 @@ absl::StatusOr<v1::Job> JobManager::CreateJob(const v1::CreateJobRequest& reques
       active->sequence = sequence;
       active->job = job;
       std::tie(active->kind, active->world_size) = Demand(job.spec());
-      active->tensor = std::max(1, job.layout().tensor());
+      active->tensor = PlacementGroup(job.spec(), job.layout());
       active->ready_since = now;
       active->last_progress_write = now;
       name = job.name();
@@ -288,6 +303,32 @@ absl::StatusOr<store::JobPage> ListTenantPage(store::JobStore& store,
 }
 
 }  // namespace
+
+absl::Status JobManager::CheckSameRequest(const v1::CreateJobRequest& request,
+                                          const v1::Job& existing) {
+  // Both specs as the validator completes them, so that a retry that spells out a default (or
+  // leaves one out) is still the same request. Capacity is left out of the comparison: a retry
+  // must find its job even when the cluster has changed since.
+  nodes::Capacity unlimited;
+  unlimited.gpus = unlimited.cpu_devices = unlimited.max_gpus_per_node =
+      unlimited.max_cpu_devices_per_node = std::numeric_limits<int>::max();
+  unlimited.ready_nodes = 1;
+  absl::StatusOr<AcceptedSpec> again = validator_(request.spec(), unlimited);
+  bool same = again.ok();
+  if (same) {
+    v1::JobSpec retried = std::move(again->spec);
+    // The stored micro-batch may be the planner's choice when the request left it out.
+    if (request.spec().parallelism().micro_batch() == 0) {
+      retried.mutable_parallelism()->set_micro_batch(existing.spec().parallelism().micro_batch());
+    }
+    same = google::protobuf::util::MessageDifferencer::Equals(retried, existing.spec());
+  }
+  if (same) return absl::OkStatus();
+  return absl::AlreadyExistsError(absl::StrCat(
+      "request_id ", Echo(request.request_id()), " was already used by ", existing.name(),
+      " with a different spec; use a new request_id for a new job, or resend the same spec to "
+      "get that job back"));
+}
 
 absl::StatusOr<v1::Job> JobManager::LoadJob(std::string_view name) {
   RETURN_IF_ERROR(ParseJobName(name).status());
@@ -487,6 +528,7 @@ void JobManager::LaunchLocked(ActiveJob& active, const std::vector<v1::Placement
   active.latest_steps.clear();
   active.missing_on.clear();
   active.rate_start_step = -1;
+  active.resume_checked = false;
   active.step_times.Reset();
   active.counted_steps.clear();
   // A new gang reports afresh: drop the old gang's ratios and memory, keep the job's byte and

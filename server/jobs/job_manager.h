@@ -110,8 +110,12 @@ class JobManager {
   // ---- Jobs (JobService) ----
 
   // Validates and stores a new QUEUED job owned by `tenant`, then schedules. A non-empty
-  // request_id already used by the same tenant returns the job created with it (no second job);
-  // request ids of different tenants never meet. Malformed input writes nothing.
+  // request_id already used by the same tenant returns the job created with it (no second job)
+  // when the spec is the same (once defaults are filled), and ALREADY_EXISTS when it differs;
+  // request ids of different tenants never meet. After validation, FAILED_PRECONDITION for a
+  // job the planner's memory model says cannot fit the devices (memory_fit.h) and for sharded
+  // checkpoints that would land on several nodes (checkpoint_placement.h). Malformed input
+  // writes nothing.
   absl::StatusOr<v1::Job> CreateJob(const v1::CreateJobRequest& request,
                                     const std::string& tenant = auth::kDefaultTenant);
   // The job with its event log. INVALID_ARGUMENT for a malformed name, NOT_FOUND if unknown.
@@ -210,7 +214,18 @@ class JobManager {
     // were counted, so that a report sent twice (a worker replaying after a reconnect) is not
     // counted twice.
     std::map<int, int64_t> counted_steps;
+    // Whether rank 0's first step of the current gang was compared with what earlier gangs
+    // reached (checkpoint_placement.h ResumeNotice); reset at each launch.
+    bool resume_checked = false;
   };
+
+  // Records `notice` as an event of the job that changes no state (from_state == to_state).
+  void AddNoticeLocked(ActiveJob& active, const std::string& notice)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // OK when `request` (whose request_id found `existing`) asks for the same spec; see CreateJob.
+  absl::Status CheckSameRequest(const v1::CreateJobRequest& request, const v1::Job& existing)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Moves a SCHEDULED job whose every rank has started to RUNNING. Requires mu_.
   void MaybeMarkRunningLocked(ActiveJob& active) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "server/jobs/checkpoint_placement.h"
 #include "server/jobs/job_manager.h"
 #include "server/jobs/job_manager_helpers.h"
 #include "server/jobs/job_state_machine.h"
@@ -337,6 +338,18 @@ void JobManager::RecordRankTelemetry(ActiveJob& active, const v1::StepReport& re
   }
 }
 
+void JobManager::AddNoticeLocked(ActiveJob& active, const std::string& notice) {
+  v1::JobEvent event;
+  *event.mutable_time() = ToProto(clock_->Now());
+  event.set_from_state(active.job.state());
+  event.set_to_state(active.job.state());
+  event.set_reason(notice);
+  event.set_generation(active.job.generation());
+  LOOM_LOG(WARNING) << active.job.name() << ": " << notice;
+  absl::Status s = CommitLocked(active, active.job, event);
+  if (!s.ok()) LOOM_LOG(WARNING) << "cannot record an event of " << active.job.name() << ": " << s;
+}
+
 void JobManager::HandleStepLocked(const std::string& node, const v1::StepReport& report) {
   ActiveJob* active = CurrentGangLocked(node, report.job(), report.generation(), false);
   if (active == nullptr || !RankPlacedOn(active->job, node, report.rank())) return;
@@ -349,6 +362,14 @@ void JobManager::HandleStepLocked(const std::string& node, const v1::StepReport&
     MaybeMarkRunningLocked(*active);
   }
   if (report.rank() != 0) return;
+  if (!report.has_val_loss() && !active->resume_checked) {
+    // A restarted gang's first step says where it resumed: losing steps is never silent.
+    // (Before `progress` below: the commit replaces the job message.)
+    active->resume_checked = true;
+    std::optional<std::string> notice = ResumeNotice(active->job.spec(), active->job.generation(),
+                                                     report.step(), active->job.progress().step());
+    if (notice.has_value()) AddNoticeLocked(*active, *notice);
+  }
   const absl::Time now = clock_->Now();
   v1::JobProgress* progress = active->job.mutable_progress();
   if (report.has_val_loss()) {

@@ -3,12 +3,14 @@
 //
 // Errors name the field by its proto JSON path (e.g. `spec.resources.gpus`) and say how to fix
 // it. INVALID_ARGUMENT: the spec is wrong whatever the cluster. FAILED_PRECONDITION: the spec is
-// well formed but the cluster cannot run it now (too few devices, the data file is missing).
+// well formed but the cluster cannot run it now (too few devices, a path outside the
+// operator's roots: SpecPolicy).
 // Validation stops at the first error; INVALID_ARGUMENT rules are checked before any
 // FAILED_PRECONDITION rule, so a spec that is wrong is reported as wrong.
 //
-// A pure function of its inputs (the file system is reached only through FileProbe);
-// thread-safe. Validating an already validated spec gives the same spec and layout back.
+// A pure function of its inputs: it never touches the file system (loomd never opens a user's
+// file; loom-worker checks the data files on the node that reads them); thread-safe.
+// Validating an already validated spec gives the same spec and layout back.
 #pragma once
 
 #include <string>
@@ -38,20 +40,12 @@ struct ClusterCapacity {
 // Sums the devices of the READY nodes among `nodes` (LOST nodes count for nothing).
 ClusterCapacity CapacityOf(const std::vector<v1::Node>& nodes);
 
-// Answers "is `path` an existing, readable regular file?" for the data files of a spec.
-// Injected so that tests need no files. Implementations must be thread-safe.
-class FileProbe {
- public:
-  virtual ~FileProbe() = default;
-  // OK when `path` is a readable regular file. Otherwise an error whose message says why
-  // ("no such file", "is a directory", "permission denied"); the validator adds the field.
-  virtual absl::Status CheckReadableFile(const std::string& path) const = 0;
-};
-
-// The real file system (stat + open for reading), as seen by loomd.
-class LocalFileProbe final : public FileProbe {
- public:
-  absl::Status CheckReadableFile(const std::string& path) const override;
+// The operator's confinement of spec paths (loomd's --data-roots and --checkpoint-roots), as
+// normalised roots. An empty list allows any absolute path (syntactic checks only). Checkpoint
+// roots are declared shared: visible at the same path on every node.
+struct SpecPolicy {
+  std::vector<std::string> data_roots;
+  std::vector<std::string> checkpoint_roots;
 };
 
 struct ValidatedSpec {
@@ -68,9 +62,9 @@ struct ValidatedSpec {
 };
 
 // Validates `spec` (see the file comment and proto/loom/v1/job.proto for the rules and
-// defaults) against `capacity`, probing data files through `files`.
+// defaults) against `capacity` and the path roots of `policy`. Spec paths come back normalised.
 absl::StatusOr<ValidatedSpec> ValidateJobSpec(const v1::JobSpec& spec,
                                               const ClusterCapacity& capacity,
-                                              const FileProbe& files);
+                                              const SpecPolicy& policy);
 
 }  // namespace loom::jobs

@@ -207,7 +207,10 @@ class ChaosRun {
       if (job.state() == v1::SUCCEEDED) ++figures_.succeeded;
       figures_.restarts += job.restart_count();
       for (const v1::JobEvent& e : job.events()) {
-        if (e.from_state() == v1::JOB_STATE_UNSPECIFIED) continue;  // creation
+        // The creation, and notices (same state: e.g. where a restarted gang resumed).
+        if (e.from_state() == v1::JOB_STATE_UNSPECIFIED || e.from_state() == e.to_state()) {
+          continue;
+        }
         EXPECT_TRUE(jobs::IsTransitionAllowed(e.from_state(), e.to_state()))
             << job.name() << ": " << v1::JobState_Name(e.from_state()) << " -> "
             << v1::JobState_Name(e.to_state()) << " (" << e.reason() << ")";

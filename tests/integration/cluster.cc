@@ -307,6 +307,13 @@ absl::Status Cluster::Start() {
   }
   dir_ = tmpl;
   std::filesystem::create_directories(out_dir());
+  if (!options_.rank_user.empty() && options_.rank_user != "root") {
+    // Ranks of another user must reach their work dirs and write their .started files.
+    std::filesystem::permissions(dir_, std::filesystem::perms::owner_all |
+                                           std::filesystem::perms::group_exec |
+                                           std::filesystem::perms::others_exec);
+    std::filesystem::permissions(out_dir(), std::filesystem::perms::all);
+  }
   std::vector<std::string> needed = {bin_dir_ + "/loomd", bin_dir_ + "/loomctl"};
   if (options_.workers > 0) {
     needed.push_back(bin_dir_ + "/loom-worker");
@@ -411,16 +418,18 @@ absl::Status Cluster::StartWorker(int index) {
   const std::string name = absl::StrCat("worker-", index);
   const std::string ready = absl::StrCat(dir_, "/", name, ".ready");
   std::filesystem::remove(ready);
-  std::vector<std::string> argv = {bin_dir_ + "/loom-worker",
-                                   absl::StrCat("--coordinator=", loomd_address_),
-                                   "--listen=127.0.0.1:0",
-                                   "--metrics-listen=127.0.0.1:0",
-                                   absl::StrCat("--name=", name),
-                                   absl::StrCat("--cpu-devices=", options_.cpu_devices_per_worker),
-                                   absl::StrCat("--work-dir=", dir_, "/work-", index),
-                                   absl::StrCat("--ready-file=", ready),
-                                   absl::StrCat("--rank-program=", test_rank_path_),
-                                   absl::StrCat("--stop-grace-ms=", options_.stop_grace_ms)};
+  std::vector<std::string> argv = {
+      bin_dir_ + "/loom-worker", absl::StrCat("--coordinator=", loomd_address_),
+      "--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0", absl::StrCat("--name=", name),
+      absl::StrCat("--cpu-devices=", options_.cpu_devices_per_worker),
+      absl::StrCat("--work-dir=", dir_, "/work-", index), absl::StrCat("--ready-file=", ready),
+      absl::StrCat("--rank-program=", test_rank_path_),
+      // Data files and shared checkpoint dirs of the tests live in the cluster's temp dir.
+      absl::StrCat("--data-roots=", dir_), absl::StrCat("--checkpoint-roots=", dir_),
+      absl::StrCat("--stop-grace-ms=", options_.stop_grace_ms)};
+  const std::string rank_user =
+      !options_.rank_user.empty() ? options_.rank_user : (geteuid() == 0 ? "root" : "");
+  if (!rank_user.empty()) argv.push_back(absl::StrCat("--rank-user=", rank_user));
   if (options_.secure) {
     argv.push_back("--tls-ca=" + certs_dir() + "/ca.pem");
     argv.push_back("--join-token-file=" + certs_dir() + "/node.token");

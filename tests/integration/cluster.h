@@ -91,6 +91,10 @@ struct ClusterOptions {
   // --tls-cert/--tls-key/--tokens-file, workers with --tls-ca/--join-token-file, this harness and
   // Loomctl() with the CA and the user token of tenant "dev". false: loomd --insecure.
   bool secure = true;
+  // The workers' --rank-user. Empty: "root" when the tests run as root (the explicit opt-out, so
+  // that ranks can write the test's private temp dir), nothing otherwise (ranks run as the
+  // tests' user). Another user makes the temp dir and its out/ folder reachable by that user.
+  std::string rank_user;
 };
 
 class Cluster {

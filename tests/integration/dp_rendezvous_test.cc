@@ -189,9 +189,11 @@ TEST_F(DpRendezvousTest, PipelineOfTwoStagesOnTwoWorkersMatchesOneProcess) {
   EXPECT_THAT(logs.out, HasSubstr("pp=2 (blocks 1/1)"));
   EXPECT_THAT(logs.out, HasSubstr("schedule gpipe"));
   EXPECT_THAT(logs.out, HasSubstr("this rank dp 0, tp 0, pp 1, blocks [1, 2)"));
-  // The final checkpoint of both stages' shards, in the directory both ranks see.
-  EXPECT_TRUE(std::filesystem::exists(shared + "/step-000020/manifest.json")) << logs.out;
-  EXPECT_TRUE(std::filesystem::exists(shared + "/step-000020/model-pp01-tp00.safetensors"));
+  // The final checkpoint of both stages' shards, in the job's own folder of the directory both
+  // ranks see.
+  const std::string mine = shared + "/" + name.substr(name.find('/') + 1);
+  EXPECT_TRUE(std::filesystem::exists(mine + "/step-000020/manifest.json")) << logs.out;
+  EXPECT_TRUE(std::filesystem::exists(mine + "/step-000020/model-pp01-tp00.safetensors"));
   const std::vector<double> pp2 = StepLosses(logs.out);
   ASSERT_EQ(pp2.size(), static_cast<size_t>(kSteps)) << logs.out;
 

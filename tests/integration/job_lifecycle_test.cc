@@ -133,10 +133,6 @@ TEST_F(IntegrationTest, BadInputIsExit2NamingTheFieldAndCreatesNoJob) {
        "model: {preset: tiny}\ndata: {builtin: tiny-corpus}\ntrain: {steps: 1}\n"
        "resources: {cpu_devices: 3}\nparallelism: {data: 1, tensor: 3, pipeline: 1}\n",
        "spec.parallelism.tensor"},
-      {"missing data file",
-       "model: {preset: tiny}\ndata: {path: no-such-dir/train.bin}\ntrain: {steps: 1}\n"
-       "resources: {cpu_devices: 2}\n",
-       "spec.data.path"},
       {"YAML syntax error (caught by loomctl)", "model: {preset: tiny\ntrain: {steps: 1}\n",
        "bad.yaml:2:6: YAML syntax error"},
       {"unknown key (caught by loomctl)", "model: {preset: tiny}\nresources: {cpu_devcies: 2}\n",

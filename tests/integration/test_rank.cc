@@ -20,7 +20,8 @@
 // "previous_generation_alive": the pids of the previous generation's ranks that were still
 // running when this rank started (a restarted gang must find none); "earlier_generations_alive"
 // the same for every earlier generation; "launched_before": true when this generation's rank
-// had already been started once (a gang launched twice). Files are written
+// had already been started once (a gang launched twice); its uid/euid/gid, and whether it could
+// create a file in LOOM_WORK_DIR and LOOM_CHECKPOINT_DIR. Files are written
 // atomically (temp file + rename) so a test never reads half of one.
 #include <dirent.h>
 #include <fcntl.h>
@@ -192,6 +193,16 @@ int main() {
   }
   started["previous_generation_alive"] = AliveRanksOfGeneration(out_dir, generation - 1);
   started["earlier_generations_alive"] = AliveRanksOfEarlierGenerations(out_dir, generation);
+  // Who the rank runs as, and whether it can write the folders the worker prepared for it.
+  started["uid"] = static_cast<long>(getuid());
+  started["euid"] = static_cast<long>(geteuid());
+  started["gid"] = static_cast<long>(getgid());
+  for (const char* dir : {"LOOM_WORK_DIR", "LOOM_CHECKPOINT_DIR"}) {
+    const std::string probe = Env(dir) + "/.test_rank_probe";
+    const bool writable = std::ofstream(probe).good();
+    std::remove(probe.c_str());
+    started[std::string(dir) + "_writable"] = writable;
+  }
   const std::string stem =
       out_dir + "/gen" + std::to_string(generation) + "-rank" + std::to_string(rank);
   started["launched_before"] = access((stem + ".started").c_str(), F_OK) == 0;

@@ -646,6 +646,8 @@ TEST_F(JobManagerTest, TensorGroupsStayInsideANode) {
   v1::JobSpec spec = CpuSpec(4);
   spec.mutable_parallelism()->set_data(2);
   spec.mutable_parallelism()->set_tensor(2);
+  // Sharded checkpoints from two nodes need a shared dir (else loomd keeps the job on one node).
+  spec.mutable_checkpoint()->set_dir("/shared/ckpt");
   ASSERT_TRUE(manager_->RegisterNode(CpuNode("n1", 3)).ok());
   ASSERT_TRUE(manager_->RegisterNode(CpuNode("n2", 3)).ok());
   absl::StatusOr<v1::Job> queued = manager_->CreateJob(CreateRequest(spec));

@@ -3,8 +3,6 @@
 #include "server/jobs/spec_validator.h"
 
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <functional>
 #include <limits>
 #include <set>
@@ -22,19 +20,6 @@ namespace {
 
 using ::google::protobuf::util::MessageDifferencer;
 using ::testing::HasSubstr;
-
-// Files that "exist" for the validator; everything else is missing.
-class FakeFileProbe final : public FileProbe {
- public:
-  explicit FakeFileProbe(std::set<std::string> files) : files_(std::move(files)) {}
-  absl::Status CheckReadableFile(const std::string& path) const override {
-    if (files_.count(path) > 0) return absl::OkStatus();
-    return absl::NotFoundError("no such file");
-  }
-
- private:
-  std::set<std::string> files_;
-};
 
 ClusterCapacity Cluster(int gpus, int cpus, int nodes) {
   ClusterCapacity capacity;
@@ -79,16 +64,17 @@ struct BadSpecCase {
   std::vector<std::string> message_contains;  // the first is always the field path
 };
 
-const FakeFileProbe& Files() {
-  static const auto* const files = new FakeFileProbe({"/data/train.bin", "/data/val.bin"});
-  return *files;
+// The operator's roots: data under /data, checkpoints under /shared/ckpt.
+const SpecPolicy& Policy() {
+  static const auto* const policy = new SpecPolicy{{"/data"}, {"/shared/ckpt"}};
+  return *policy;
 }
 
 class BadSpecTest : public ::testing::TestWithParam<BadSpecCase> {};
 
 TEST_P(BadSpecTest, IsRejectedWithTheFieldAndTheFix) {
   const BadSpecCase& c = GetParam();
-  auto result = ValidateJobSpec(c.spec(), Cluster(16, 8, 2), Files());
+  auto result = ValidateJobSpec(c.spec(), Cluster(16, 8, 2), Policy());
   ASSERT_FALSE(result.ok()) << "accepted: " << c.spec().ShortDebugString();
   EXPECT_EQ(result.status().code(), c.code) << result.status();
   for (const std::string& part : c.message_contains) {
@@ -218,19 +204,75 @@ const std::vector<BadSpecCase>& BadSpecs() {
        Gpu([](auto& s) { s.mutable_data()->set_path("data/train.bin"); }),
        kInvalid,
        {"spec.data.path", "relative", "absolute"}},
-      {"MissingDataFile",
-       Gpu([](auto& s) { s.mutable_data()->set_path("/data/nope.bin"); }),
-       kPrecondition,
-       {"spec.data.path", "/data/nope.bin", "no such file"}},
-      {"MissingValFile",
-       Gpu([](auto& s) { s.mutable_data()->set_val_path("/data/v.bin"); }),
-       kPrecondition,
-       {"spec.data.val_path", "/data/v.bin"}},
+      {"DataPathOutsideTheRoots",
+       Gpu([](auto& s) { s.mutable_data()->set_path("/etc/shadow"); }),
+       Code::kFailedPrecondition,
+       {"spec.data.path", "\"/etc/shadow\" is outside", "/data", "--data-roots"}},
+      {"DataPathEscapingTheRootWithDotDot",
+       Gpu([](auto& s) { s.mutable_data()->set_path("/data/../etc/shadow"); }),
+       kInvalid,
+       {"spec.data.path", "contains \"..\""}},
+      {"DataPathWithNul",
+       Gpu([](auto& s) { s.mutable_data()->set_path(std::string("/data/a\0b", 9)); }),
+       kInvalid,
+       {"spec.data.path", "NUL"}},
+      {"DataPathTooLong",
+       Gpu([](auto& s) { s.mutable_data()->set_path("/data/" + std::string(1100, 'a')); }),
+       kInvalid,
+       {"spec.data.path", "longer than 1024", "(1106 bytes)"}},
+      {"ValPathOutsideTheRoots",
+       Gpu([](auto& s) { s.mutable_data()->set_val_path("/home/other/v.bin"); }),
+       Code::kFailedPrecondition,
+       {"spec.data.val_path", "/home/other/v.bin", "--data-roots"}},
       // train
       {"NoSteps",
        Gpu([](auto& s) { s.mutable_train()->set_steps(0); }),
        kInvalid,
        {"spec.train.steps", "> 0"}},
+      {"StepsAbove2To53",
+       Gpu([](auto& s) { s.mutable_train()->set_steps(std::numeric_limits<int64_t>::max()); }),
+       kInvalid,
+       {"spec.train.steps", "9223372036854775807", "2^53"}},
+      {"GlobalBatchTokensAbove2To53",
+       Gpu([](auto& s) { s.mutable_train()->set_global_batch_tokens((int64_t{1} << 53) + 1); }),
+       kInvalid,
+       {"spec.train.global_batch_tokens", "2^53"}},
+      {"CheckpointEveryAbove2To53",
+       Gpu([](auto& s) { s.mutable_checkpoint()->set_every_steps((int64_t{1} << 53) + 1); }),
+       kInvalid,
+       {"spec.checkpoint.every_steps", "2^53"}},
+      {"LrExplicitZero",
+       Gpu([](auto& s) { s.mutable_train()->set_lr(0); }),
+       kInvalid,
+       {"spec.train.lr", "0 must be", "> 0", "leave it out"}},
+      {"CheckpointDirOutsideTheRoots",
+       Gpu([](auto& s) { s.mutable_checkpoint()->set_dir("/var/lib/other-job"); }),
+       Code::kFailedPrecondition,
+       {"spec.checkpoint.dir", "/var/lib/other-job", "/shared/ckpt", "--checkpoint-roots"}},
+      {"CheckpointDirWithDotDot",
+       Gpu([](auto& s) { s.mutable_checkpoint()->set_dir("/shared/ckpt/../../etc"); }),
+       kInvalid,
+       {"spec.checkpoint.dir", "\"..\""}},
+      {"EnvLdPreload",
+       Gpu([](auto& s) { (*s.mutable_env())["LD_PRELOAD"] = "/tmp/evil.so"; }),
+       kInvalid,
+       {"spec.env[\"LD_PRELOAD\"]", "dynamic loader", "remove it"}},
+      {"EnvPath",
+       Gpu([](auto& s) { (*s.mutable_env())["PATH"] = "/tmp"; }),
+       kInvalid,
+       {"spec.env[\"PATH\"]"}},
+      {"EnvLdLibraryPath",
+       Gpu([](auto& s) { (*s.mutable_env())["LD_LIBRARY_PATH"] = "/tmp"; }),
+       kInvalid,
+       {"spec.env[\"LD_LIBRARY_PATH\"]"}},
+      {"EnvNulInValue",
+       Gpu([](auto& s) { (*s.mutable_env())["X"] = std::string("a\0b", 3); }),
+       kInvalid,
+       {"spec.env[\"X\"]", "NUL"}},
+      {"EchoedInputIsTruncated",
+       Gpu([](auto& s) { s.mutable_model()->set_preset(std::string(5000, 'q')); }),
+       kInvalid,
+       {"spec.model.preset", "...\" (5000 bytes)"}},
       {"NegativeSteps",
        Gpu([](auto& s) { s.mutable_train()->set_steps(-5); }),
        kInvalid,
@@ -370,7 +412,7 @@ const std::vector<BadSpecCase>& BadSpecs() {
        kInvalid,
        {"spec.train.global_batch_tokens", "use 8192"}},
       {"GlobalBatchHuge",
-       Gpu([](auto& s) { s.mutable_train()->set_global_batch_tokens(int64_t{1} << 60); }),
+       Gpu([](auto& s) { s.mutable_train()->set_global_batch_tokens(int64_t{1024} << 30); }),
        kInvalid,
        {"spec.train.global_batch_tokens", "at most"}},
       {"MicroBatchDoesNotDivide",
@@ -442,7 +484,7 @@ INSTANTIATE_TEST_SUITE_P(Rules, BadSpecTest, ::testing::ValuesIn(BadSpecs()),
                          [](const auto& info) { return info.param.test_name; });
 
 TEST(SpecValidatorTest, AGpuSpecGetsEveryDefault) {
-  auto result = ValidateJobSpec(GpuSpec(), Cluster(16, 0, 2), Files());
+  auto result = ValidateJobSpec(GpuSpec(), Cluster(16, 0, 2), Policy());
   ASSERT_TRUE(result.ok()) << result.status();
   const v1::JobSpec& spec = result->spec;
   EXPECT_EQ(result->device_kind, v1::DEVICE_KIND_GPU);
@@ -475,7 +517,7 @@ TEST(SpecValidatorTest, AGpuSpecGetsEveryDefault) {
 }
 
 TEST(SpecValidatorTest, ACpuSpecDefaultsToFp32AndTheNameJob) {
-  auto result = ValidateJobSpec(CpuSpec(), Cluster(0, 4, 1), Files());
+  auto result = ValidateJobSpec(CpuSpec(), Cluster(0, 4, 1), Policy());
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->spec.name(), "job");
   EXPECT_EQ(result->spec.train().precision(), "fp32");
@@ -489,7 +531,7 @@ TEST(SpecValidatorTest, ExplicitLayoutIsKeptAndMissingDataSizeIsInferred) {
   spec.mutable_parallelism()->set_tensor(2);
   spec.mutable_parallelism()->set_pipeline(2);
   spec.mutable_train()->set_global_batch_tokens(1024 * 2 * 12);  // 12 sequences per dp rank
-  auto result = ValidateJobSpec(spec, Cluster(8, 0, 1), Files());
+  auto result = ValidateJobSpec(spec, Cluster(8, 0, 1), Policy());
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->layout.data(), 2);
   EXPECT_EQ(result->layout.tensor(), 2);
@@ -506,7 +548,7 @@ TEST(SpecValidatorTest, StageBoundariesScheduleAndZeroReachTheLayout) {
   spec.mutable_parallelism()->add_blocks_per_stage(5);
   spec.mutable_parallelism()->set_schedule("gpipe");
   spec.mutable_parallelism()->set_zero1(true);
-  auto result = ValidateJobSpec(spec, Cluster(8, 0, 1), Files());
+  auto result = ValidateJobSpec(spec, Cluster(8, 0, 1), Policy());
   ASSERT_TRUE(result.ok()) << result.status();
   ASSERT_EQ(result->layout.blocks_per_stage_size(), 2);
   EXPECT_EQ(result->layout.blocks_per_stage(0), 7);
@@ -521,7 +563,7 @@ TEST(SpecValidatorTest, MicroBatchDefaultIsTheLargestDivisorUpToEight) {
   for (const auto& [per_rank, micro] : per_rank_to_micro) {
     v1::JobSpec spec = CpuSpec();  // seq_len 64, data 4
     spec.mutable_train()->set_global_batch_tokens(int64_t{64} * 4 * per_rank);
-    auto result = ValidateJobSpec(spec, Cluster(0, 4, 1), Files());
+    auto result = ValidateJobSpec(spec, Cluster(0, 4, 1), Policy());
     ASSERT_TRUE(result.ok()) << result.status();
     EXPECT_EQ(result->layout.micro_batch(), micro) << per_rank << " sequences per rank";
     EXPECT_EQ(result->layout.micro_batch() * result->layout.num_micro_batches(), per_rank);
@@ -531,7 +573,7 @@ TEST(SpecValidatorTest, MicroBatchDefaultIsTheLargestDivisorUpToEight) {
 TEST(SpecValidatorTest, DefaultGlobalBatchFitsAGivenMicroBatch) {
   v1::JobSpec spec = CpuSpec();
   spec.mutable_parallelism()->set_micro_batch(3);
-  auto result = ValidateJobSpec(spec, Cluster(0, 4, 1), Files());
+  auto result = ValidateJobSpec(spec, Cluster(0, 4, 1), Policy());
   ASSERT_TRUE(result.ok()) << result.status();
   // 8 sequences per rank rounded up to a multiple of 3.
   EXPECT_EQ(result->spec.train().global_batch_tokens(), 64 * 4 * 9);
@@ -542,7 +584,7 @@ TEST(SpecValidatorTest, DefaultGlobalBatchFitsAGivenMicroBatch) {
 TEST(SpecValidatorTest, ShorterTrainingSequencesShapeTheBatch) {
   v1::JobSpec spec = GpuSpec();
   spec.mutable_train()->set_seq_len(256);
-  auto result = ValidateJobSpec(spec, Cluster(8, 0, 1), Files());
+  auto result = ValidateJobSpec(spec, Cluster(8, 0, 1), Policy());
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->spec.train().global_batch_tokens(), 256 * 8 * 8);
 }
@@ -556,7 +598,7 @@ TEST(SpecValidatorTest, ExplicitDimensionsAreAccepted) {
   spec.mutable_model()->set_seq_len(32);
   spec.mutable_model()->set_vocab(300);
   *spec.mutable_parallelism() = Explicit(spec, 2, 2, 1).parallelism();
-  auto result = ValidateJobSpec(spec, Cluster(0, 4, 1), Files());
+  auto result = ValidateJobSpec(spec, Cluster(0, 4, 1), Policy());
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->spec.train().seq_len(), 32);
   EXPECT_EQ(result->layout.tensor(), 2);
@@ -573,7 +615,7 @@ TEST(SpecValidatorTest, UserValuesAreKept) {
   (*spec.mutable_env())["HF_HOME"] = "/cache";
   (*spec.mutable_env())["_UNDER"] = "";
   spec.mutable_data()->set_val_path("/data/val.bin");
-  auto result = ValidateJobSpec(spec, Cluster(8, 0, 1), Files());
+  auto result = ValidateJobSpec(spec, Cluster(8, 0, 1), Policy());
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_DOUBLE_EQ(result->spec.train().lr(), 3e-4);
   EXPECT_EQ(result->spec.train().seed(), 7);
@@ -586,9 +628,9 @@ TEST(SpecValidatorTest, UserValuesAreKept) {
 TEST(SpecValidatorTest, ValidatingAValidatedSpecChangesNothing) {
   for (v1::JobSpec spec : {GpuSpec(), CpuSpec(), Explicit(GpuSpec(), 2, 2, 2)}) {
     const ClusterCapacity cluster = Cluster(8, 4, 1);
-    auto first = ValidateJobSpec(spec, cluster, Files());
+    auto first = ValidateJobSpec(spec, cluster, Policy());
     ASSERT_TRUE(first.ok()) << first.status();
-    auto second = ValidateJobSpec(first->spec, cluster, Files());
+    auto second = ValidateJobSpec(first->spec, cluster, Policy());
     ASSERT_TRUE(second.ok()) << second.status();
     EXPECT_TRUE(MessageDifferencer::Equals(first->spec, second->spec));
     EXPECT_TRUE(MessageDifferencer::Equals(first->layout, second->layout));
@@ -599,13 +641,13 @@ TEST(SpecValidatorTest, InvalidArgumentComesBeforeCapacity) {
   v1::JobSpec spec = GpuSpec();
   spec.mutable_resources()->set_gpus(64);  // too many for the cluster
   spec.mutable_train()->set_steps(0);      // and wrong anyway
-  auto result = ValidateJobSpec(spec, Cluster(8, 0, 1), Files());
+  auto result = ValidateJobSpec(spec, Cluster(8, 0, 1), Policy());
   EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(result.status().message()), HasSubstr("spec.train.steps"));
 }
 
 TEST(SpecValidatorTest, AClusterWithoutGpusSaysSo) {
-  auto result = ValidateJobSpec(GpuSpec(), Cluster(0, 4, 1), Files());
+  auto result = ValidateJobSpec(GpuSpec(), Cluster(0, 4, 1), Policy());
   EXPECT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(result.status().message(),
             "spec.resources.gpus: 8 requested but the cluster has no GPUs on 1 ready node; add "
@@ -640,22 +682,46 @@ TEST(ModelPresetsTest, MatchTheRankContract) {
   }
 }
 
-class LocalFileProbeTest : public ::testing::Test {
- protected:
-  store::testing::TempDir dir_;
-  LocalFileProbe probe_;
-};
+TEST(SpecValidatorTest, PathsComeBackNormalised) {
+  v1::JobSpec spec = GpuSpec();
+  spec.mutable_data()->set_path("/data//sub/./train.bin");
+  spec.mutable_checkpoint()->set_dir("/shared/ckpt/run1/");
+  auto result = ValidateJobSpec(spec, Cluster(16, 0, 2), Policy());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->spec.data().path(), "/data/sub/train.bin");
+  EXPECT_EQ(result->spec.checkpoint().dir(), "/shared/ckpt/run1");
+}
 
-TEST_F(LocalFileProbeTest, AcceptsAReadableFileAndExplainsTheRest) {
-  const std::string file = dir_.File("train.bin");
-  std::ofstream(file) << "tokens";
-  EXPECT_TRUE(probe_.CheckReadableFile(file).ok());
-  absl::Status missing = probe_.CheckReadableFile(dir_.File("missing.bin"));
-  EXPECT_FALSE(missing.ok());
-  EXPECT_THAT(std::string(missing.message()), HasSubstr("no such file"));
-  absl::Status directory = probe_.CheckReadableFile(dir_.path());
-  EXPECT_FALSE(directory.ok());
-  EXPECT_THAT(std::string(directory.message()), HasSubstr("directory"));
+// Without roots loomd checks the syntax only, and never the file system: a path that does not
+// exist on loomd's host is accepted (the worker checks it where it is read).
+TEST(SpecValidatorTest, WithoutRootsAnyAbsolutePathIsAcceptedWithoutOpeningIt) {
+  v1::JobSpec spec = GpuSpec();
+  spec.mutable_data()->set_path("/no/such/dir/train.bin");
+  spec.mutable_checkpoint()->set_dir("/anywhere/ckpt");
+  auto result = ValidateJobSpec(spec, Cluster(16, 0, 2), SpecPolicy{});
+  ASSERT_TRUE(result.ok()) << result.status();
+}
+
+// The proto documents the default global batch as 8 sequences per data-parallel rank.
+TEST(SpecValidatorTest, DefaultGlobalBatchIsEightSequencesPerDataParallelRank) {
+  v1::JobSpec spec = Explicit(CpuSpec(), 2, 2, 1);
+  auto result = ValidateJobSpec(spec, Cluster(0, 4, 1), Policy());
+  ASSERT_TRUE(result.ok()) << result.status();
+  const int64_t seq_len = result->spec.train().seq_len();
+  EXPECT_EQ(result->spec.train().global_batch_tokens(), seq_len * 8 * 2);
+  EXPECT_EQ(result->layout.micro_batch() * result->layout.num_micro_batches(), 8);
+}
+
+TEST(SpecValidatorTest, AnAbsentLrGetsTheDefaultAndAGivenOneIsKept) {
+  v1::JobSpec spec = CpuSpec();
+  auto absent = ValidateJobSpec(spec, Cluster(0, 4, 1), Policy());
+  ASSERT_TRUE(absent.ok()) << absent.status();
+  EXPECT_TRUE(absent->spec.train().has_lr());
+  EXPECT_DOUBLE_EQ(absent->spec.train().lr(), 6e-4);
+  spec.mutable_train()->set_lr(1e-9);
+  auto given = ValidateJobSpec(spec, Cluster(0, 4, 1), Policy());
+  ASSERT_TRUE(given.ok()) << given.status();
+  EXPECT_DOUBLE_EQ(given->spec.train().lr(), 1e-9);
 }
 
 }  // namespace

@@ -3,9 +3,12 @@
 
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -23,6 +26,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 using testing::RankEventRecorder;
 using Events = RankEventRecorder::Events;
 
@@ -64,7 +68,8 @@ class SupervisorTest : public ::testing::Test {
   }
 
   Supervisor& Start(const std::string& script, absl::Duration grace = absl::Seconds(2),
-                    const std::string& program = "/bin/sh") {
+                    const std::string& program = "/bin/sh",
+                    const std::function<void(SupervisorOptions&)>& edit = nullptr) {
     SupervisorOptions o;
     o.work_dir = dir_;
     o.rank_program = program;
@@ -73,6 +78,7 @@ class SupervisorTest : public ::testing::Test {
     o.devices = CpuDevices(4);
     o.inherited_env = {{"PATH", "/usr/bin:/bin"}};
     o.log_flush_interval = absl::Milliseconds(20);
+    if (edit) edit(o);
     supervisor_ = std::make_unique<Supervisor>(o, &recorder_);
     EXPECT_TRUE(supervisor_->Start().ok());
     return *supervisor_;
@@ -129,8 +135,7 @@ TEST_F(SupervisorTest, EnvironmentIsExactlyTheContract) {
   const std::string job_dir = dir_ + "/jobs/envjob";
   RankPaths paths{job_dir, job_dir + "/spec.json", job_dir + "/checkpoints"};
   for (int rank = 0; rank < 2; ++rank) {
-    EXPECT_EQ(recorder_.Snapshot().Exit("jobs/envjob", rank)->exit_class(),
-              v1::EXIT_CLASS_SUCCESS);
+    EXPECT_EQ(recorder_.Snapshot().Exit("jobs/envjob", rank)->exit_class(), v1::EXIT_CLASS_SUCCESS);
     std::map<std::string, std::string> got;
     std::istringstream in(ReadFile(absl::StrCat(job_dir, "/env.", rank)));
     for (std::string line; std::getline(in, line);) {
@@ -255,12 +260,11 @@ TEST_F(SupervisorTest, CancelStopsEveryRank) {
 }
 
 TEST_F(SupervisorTest, RankIgnoringSigtermIsKilledAfterTheGrace) {
-  Supervisor& s = Start(R"(trap '' TERM; echo ready; while :; do sleep 0.05; done)",
-                        absl::Milliseconds(500));
+  Supervisor& s =
+      Start(R"(trap '' TERM; echo ready; while :; do sleep 0.05; done)", absl::Milliseconds(500));
   s.Assign(Job("stubborn", 1, 1));
-  ASSERT_TRUE(recorder_.WaitFor([](const Events& e) {
-    return !e.Lines("jobs/stubborn", 0, "stdout").empty();
-  }));
+  ASSERT_TRUE(recorder_.WaitFor(
+      [](const Events& e) { return !e.Lines("jobs/stubborn", 0, "stdout").empty(); }));
   const absl::Time start = absl::Now();
   s.Cancel("jobs/stubborn", 0, "test");
   ASSERT_TRUE(WaitExits("jobs/stubborn", 1));
@@ -383,6 +387,82 @@ TEST_F(SupervisorTest, FinishedGenerationIsNotLaunchedTwice) {
   const Events e = recorder_.Snapshot();
   EXPECT_EQ(s.stats().launches, 1);
   EXPECT_EQ(e.statuses.back().exit_class(), v1::EXIT_CLASS_SUCCESS);
+}
+
+// A given checkpoint.dir gets the job's own folder, so jobs sharing a dir never meet; paths are
+// confined to the worker's roots with links resolved, and a refusal is a permanent failure that
+// launches nothing.
+TEST_F(SupervisorTest, CheckpointDirIsPrivateToTheJobAndConfinedToTheRoots) {
+  const std::string shared = dir_ + "/shared";
+  std::filesystem::create_directories(dir_ + "/outside");
+  Supervisor& s = Start(R"(echo "$LOOM_CHECKPOINT_DIR" > "$LOOM_WORK_DIR/ckpt")", absl::Seconds(2),
+                        "/bin/sh", [&](SupervisorOptions& o) { o.roots.checkpoint = {shared}; });
+  v1::Assignment a = Job("ckjob", 1, 1);
+  a.mutable_spec()->mutable_checkpoint()->set_dir(shared);
+  s.Assign(a);
+  ASSERT_TRUE(WaitExits("jobs/ckjob", 1));
+  EXPECT_EQ(recorder_.Snapshot().Exit("jobs/ckjob", 0)->exit_class(), v1::EXIT_CLASS_SUCCESS);
+  EXPECT_EQ(ReadFile(dir_ + "/jobs/ckjob/ckpt"), shared + "/ckjob\n");
+  EXPECT_TRUE(std::filesystem::is_directory(shared + "/ckjob"));
+
+  std::filesystem::create_directory_symlink(dir_ + "/outside", shared + "/link");
+  v1::Assignment escape = Job("escape", 1, 1);
+  escape.mutable_spec()->mutable_checkpoint()->set_dir(shared + "/link");
+  s.Assign(escape);
+  ASSERT_TRUE(WaitExits("jobs/escape", 1));
+  const Events e = recorder_.Snapshot();
+  EXPECT_EQ(e.Exit("jobs/escape", 0)->exit_class(), v1::EXIT_CLASS_PERMANENT);
+  EXPECT_THAT(e.Exit("jobs/escape", 0)->message(), HasSubstr("spec.checkpoint.dir"));
+  EXPECT_THAT(e.Exit("jobs/escape", 0)->message(), HasSubstr("symbolic link"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/outside/escape"));
+  EXPECT_EQ(s.stats().launches, 1);
+}
+
+// Once ranks ran in a work dir, it is theirs: what they leave there (a link at the spec's temp
+// file, a link in place of the checkpoint folder) never steers the worker's own writes.
+TEST_F(SupervisorTest, LinksLeftInTheWorkDirAreNotFollowed) {
+  const std::string victim = dir_ + "/victim";
+  std::ofstream(victim) << "precious";
+  const std::string job_dir = dir_ + "/jobs/linked";
+  std::filesystem::create_directories(job_dir);
+  std::filesystem::create_symlink(victim, job_dir + "/spec.json.tmp");
+  Supervisor& s = Start("exit 0");
+  s.Assign(Job("linked", 1, 1));
+  ASSERT_TRUE(WaitExits("jobs/linked", 1));
+  EXPECT_EQ(recorder_.Snapshot().Exit("jobs/linked", 0)->exit_class(), v1::EXIT_CLASS_SUCCESS);
+  EXPECT_EQ(ReadFile(victim), "precious");
+  EXPECT_THAT(ReadFile(job_dir + "/spec.json"), HasSubstr("\"name\": \"linked\""));
+}
+
+// A root worker runs its ranks as an unprivileged user, which owns the job's folders.
+TEST_F(SupervisorTest, RanksRunAsTheRankUserAndOwnTheirFolders) {
+  if (::geteuid() != 0) GTEST_SKIP() << "switching users needs root";
+  absl::StatusOr<RankIdentity> nobody = ResolveRankUser("", 0);
+  ASSERT_TRUE(nobody.ok()) << nobody.status();
+  ASSERT_TRUE(nobody->switch_user);
+  // The rank must reach its work dir below the test's private temp dir.
+  std::filesystem::permissions(dir_, std::filesystem::perms::owner_all |
+                                         std::filesystem::perms::others_exec |
+                                         std::filesystem::perms::group_exec);
+  Supervisor& s = Start(
+      R"(id -u > "$LOOM_WORK_DIR/uid" && id -G > "$LOOM_WORK_DIR/groups" &&
+         touch "$LOOM_CHECKPOINT_DIR/written")",
+      absl::Seconds(2), "/bin/sh", [&](SupervisorOptions& o) { o.rank_user = *nobody; });
+  s.Assign(Job("asnobody", 1, 1));
+  ASSERT_TRUE(WaitExits("jobs/asnobody", 1));
+  const Events e = recorder_.Snapshot();
+  EXPECT_EQ(e.Exit("jobs/asnobody", 0)->exit_class(), v1::EXIT_CLASS_SUCCESS)
+      << e.Exit("jobs/asnobody", 0)->message();
+  const std::string job_dir = dir_ + "/jobs/asnobody";
+  EXPECT_EQ(ReadFile(job_dir + "/uid"), absl::StrCat(nobody->uid, "\n"));
+  std::istringstream groups(ReadFile(job_dir + "/groups"));
+  int group_count = 0;
+  for (std::string group; groups >> group; ++group_count) EXPECT_NE(group, "0");  // not root's
+  EXPECT_GE(group_count, 1);
+  EXPECT_TRUE(std::filesystem::exists(job_dir + "/checkpoints/written"));
+  struct stat info {};
+  ASSERT_EQ(::stat(job_dir.c_str(), &info), 0);
+  EXPECT_EQ(info.st_uid, nobody->uid);
 }
 
 }  // namespace

@@ -48,6 +48,8 @@ class WorkerBinaryTest : public ::testing::Test {
     std::string tmpl = (std::filesystem::temp_directory_path() / "loom-wbin-XXXXXX").string();
     ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
     dir_ = tmpl;
+    // Run as root, loom-worker runs its ranks as nobody by default: they must reach the script.
+    ::chmod(dir_.c_str(), 0755);
     rank_script_ = dir_ + "/rank.sh";
     std::ofstream(rank_script_) << "#!/bin/sh\necho \"rank $LOOM_RANK on $LOOM_DEVICE\"\n"
                                    "exec sleep 60\n";
@@ -65,15 +67,14 @@ class WorkerBinaryTest : public ::testing::Test {
 
   // Starts loom-worker with its output in <dir>/worker.log and waits for its ready file.
   void StartWorker() {
-    const std::vector<std::string> args = {
-        LOOM_WORKER_BIN,
-        absl::StrCat("--coordinator=127.0.0.1:", server_.port),
-        "--work-dir=" + dir_ + "/work",
-        "--ready-file=" + dir_ + "/ready.json",
-        "--rank-program=" + rank_script_,
-        "--cpu-devices=2",
-        "--name=binary-test",
-        "--stop-grace-ms=2000"};
+    const std::vector<std::string> args = {LOOM_WORKER_BIN,
+                                           absl::StrCat("--coordinator=127.0.0.1:", server_.port),
+                                           "--work-dir=" + dir_ + "/work",
+                                           "--ready-file=" + dir_ + "/ready.json",
+                                           "--rank-program=" + rank_script_,
+                                           "--cpu-devices=2",
+                                           "--name=binary-test",
+                                           "--stop-grace-ms=2000"};
     std::vector<char*> argv;
     for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);

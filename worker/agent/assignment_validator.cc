@@ -5,20 +5,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/env_policy.h"
 
 namespace loom::worker {
 namespace {
-
-bool IsEnvName(absl::string_view name) {
-  if (name.empty() || name.size() > 256) return false;
-  for (size_t i = 0; i < name.size(); ++i) {
-    const char c = name[i];
-    const bool alpha = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
-    const bool digit = c >= '0' && c <= '9';
-    if (!(alpha || (i > 0 && digit))) return false;
-  }
-  return true;
-}
 
 absl::Status Invalid(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("assignment.", field, ": ", what));
@@ -63,9 +53,9 @@ absl::Status ValidateAssignment(const loom::v1::Assignment& a,
     return Invalid("layout", "data, tensor and pipeline must be >= 1 (loomd fills the layout)");
   }
   if (static_cast<int64_t>(l.data()) * l.tensor() * l.pipeline() != a.world_size()) {
-    return Invalid("layout", absl::StrCat("data x tensor x pipeline = ", l.data(), " x ",
-                                          l.tensor(), " x ", l.pipeline(),
-                                          " differs from world_size ", a.world_size()));
+    return Invalid("layout",
+                   absl::StrCat("data x tensor x pipeline = ", l.data(), " x ", l.tensor(), " x ",
+                                l.pipeline(), " differs from world_size ", a.world_size()));
   }
   const int n = a.ranks_size();
   if (n < 1 || n > kMaxRanksPerAssignment || n > a.world_size()) {
@@ -101,26 +91,13 @@ absl::Status ValidateAssignment(const loom::v1::Assignment& a,
                                          " does not exist on this node"));
     }
     if (!used_devices.insert({r.device_kind(), r.device_index()}).second) {
-      return Invalid(field, absl::StrCat("device ", kind, ":", r.device_index(),
-                                         " is assigned to two ranks"));
+      return Invalid(
+          field, absl::StrCat("device ", kind, ":", r.device_index(), " is assigned to two ranks"));
     }
   }
-  const auto& env = a.spec().env();
-  if (env.size() > kMaxEnvEntries) {
-    return Invalid("spec.env", absl::StrCat("more than ", kMaxEnvEntries, " entries"));
-  }
-  for (const auto& [name, value] : env) {
-    if (!IsEnvName(name)) {
-      return Invalid("spec.env", absl::StrCat("\"", name.substr(0, 100),
-                                              "\" is not a variable name [A-Za-z_][A-Za-z0-9_]*"));
-    }
-    if (absl::StartsWith(name, "LOOM_")) {
-      return Invalid("spec.env", absl::StrCat(name, ": the LOOM_ namespace is reserved"));
-    }
-    if (value.size() > kMaxEnvValueBytes || value.find('\0') != std::string::npos) {
-      return Invalid("spec.env", absl::StrCat(name, ": value longer than ", kMaxEnvValueBytes,
-                                              " bytes or containing NUL"));
-    }
+  // The same deny-list and limits as loomd's (defence in depth).
+  if (absl::Status env = CheckSpecEnv(a.spec().env(), "spec.env"); !env.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("assignment.", env.message()));
   }
   return absl::OkStatus();
 }

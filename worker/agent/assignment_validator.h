@@ -6,11 +6,11 @@
 #pragma once
 
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "loom/v1/node.pb.h"
 
 namespace loom::worker {
@@ -19,8 +19,6 @@ namespace loom::worker {
 inline constexpr int kMaxRanksPerAssignment = 1024;
 inline constexpr int kMaxWorldSize = 1 << 20;
 inline constexpr int kMaxNodes = 1 << 16;
-inline constexpr int kMaxEnvEntries = 1024;
-inline constexpr size_t kMaxEnvValueBytes = 32 * 1024;
 
 // Returns the {job} of "jobs/{job}", which names a directory on this node: 1..128 characters of
 // [A-Za-z0-9._-], neither "." nor "..". INVALID_ARGUMENT otherwise.

@@ -1,6 +1,7 @@
 #include "worker/agent/launcher.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -16,7 +17,7 @@ namespace loom::worker {
 namespace {
 
 // What the child reports on the exec-error pipe: which step failed, and errno.
-enum ChildStep : int { kStepSetup = 1, kStepChdir = 2, kStepExec = 3 };
+enum ChildStep : int { kStepSetup = 1, kStepChdir = 2, kStepExec = 3, kStepUser = 4 };
 struct ChildError {
   int step;
   int err;
@@ -109,6 +110,14 @@ absl::StatusOr<LaunchedProcess> Launch(const LaunchRequest& request) {
     // Child: async-signal-safe calls only.
     const int report = exec_err[1];
     if (::setpgid(0, 0) != 0) ChildFail(report, kStepSetup);
+    // The user first: a change of credentials clears the parent-death signal set below.
+    if (request.switch_user) {
+      // Groups first: after setuid the process may no longer change them.
+      if (::setgroups(request.groups.size(), request.groups.data()) != 0 ||
+          ::setgid(request.gid) != 0 || ::setuid(request.uid) != 0) {
+        ChildFail(report, kStepUser);
+      }
+    }
     if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) ChildFail(report, kStepSetup);
     if (::getppid() != parent) _exit(127);  // the worker died before the death signal was armed
     sigset_t none;
@@ -146,8 +155,8 @@ absl::StatusOr<LaunchedProcess> Launch(const LaunchRequest& request) {
   ChildError child_error{0, 0};
   size_t got = 0;
   while (got < sizeof(child_error)) {
-    const ssize_t n = ::read(exec_err[0], reinterpret_cast<char*>(&child_error) + got,
-                             sizeof(child_error) - got);
+    const ssize_t n =
+        ::read(exec_err[0], reinterpret_cast<char*>(&child_error) + got, sizeof(child_error) - got);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     got += static_cast<size_t>(n);
@@ -158,9 +167,10 @@ absl::StatusOr<LaunchedProcess> Launch(const LaunchRequest& request) {
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
     for (int* p : {out, err, prog}) CloseIfOpen(p[0]);
-    const char* step = child_error.step == kStepChdir ? "chdir " : child_error.step == kStepExec
-                                                                       ? "exec "
-                                                                       : "set up ";
+    const char* step = child_error.step == kStepChdir  ? "chdir "
+                       : child_error.step == kStepExec ? "exec "
+                       : child_error.step == kStepUser ? "switch to the rank user for "
+                                                       : "set up ";
     const std::string& what = child_error.step == kStepChdir ? request.cwd : request.program;
     return absl::FailedPreconditionError(
         absl::StrCat(step, what, ": ", ErrnoText(child_error.err)));

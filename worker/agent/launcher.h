@@ -6,7 +6,7 @@
 // worker blocks SIGTERM/SIGINT for its signal thread, and a blocked or ignored signal would
 // survive exec); stdin from /dev/null; stdout, stderr and the progress fd (3) on pipes whose read
 // ends the caller gets; no other inherited descriptor; the given working directory and exactly
-// the given environment.
+// the given environment; and, when asked, the given user, group and supplementary groups.
 //
 // Exec failure is detected with the close-on-exec pipe trick: the child writes errno to a
 // CLOEXEC pipe when a step fails; a successful execve closes the pipe, so the parent reads EOF.
@@ -33,6 +33,13 @@ struct LaunchRequest {
   std::vector<std::string> args;  // argv[1..]; argv[0] is `program`
   std::map<std::string, std::string> env;
   std::string cwd;
+  // When switch_user, the child drops to this identity first: setgroups(groups), setgid(gid),
+  // setuid(uid), in that order, before arming PR_SET_PDEATHSIG (a change of credentials clears
+  // it). A failure is reported like an exec failure.
+  bool switch_user = false;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::vector<gid_t> groups;
 };
 
 // A started rank. The caller owns the fds (read ends, non-blocking, close-on-exec) and must reap
@@ -46,7 +53,8 @@ struct LaunchedProcess {
 
 // Starts the program. Errors:
 //   FAILED_PRECONDITION — the program could not be executed (missing, not executable, bad
-//     working directory); the message names the step and the errno text, e.g.
+//     working directory, the user could not be switched); the message names the step and the
+//     errno text, e.g.
 //     "exec /x/loom-train: No such file or directory". Restarting cannot help: permanent.
 //   RESOURCE_EXHAUSTED / INTERNAL — pipe() or fork() failed (out of processes or fds): the node's
 //     trouble, worth a retry.

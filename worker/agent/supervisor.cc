@@ -3,8 +3,8 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/syscall.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -60,13 +60,29 @@ void FillTopLevelMessages(google::protobuf::Message* m) {
 }
 
 // Writes `content` to `path` through a temp file and a rename, so a reader never sees half.
+// The job's work dir belongs to the rank user once ranks ran there, so whatever a rank left at
+// `tmp` (e.g. a symbolic link to a system file) is removed first and the file is created anew,
+// never followed: the worker may be root.
 absl::Status WriteFileAtomically(const std::string& path, const std::string& content) {
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << content;
-    out.flush();
-    if (!out) return absl::InternalError(absl::StrCat("writing ", tmp, " failed"));
+  if (::unlink(tmp.c_str()) != 0 && errno != ENOENT) {
+    return absl::InternalError(absl::StrCat("unlink ", tmp, ": ", ErrnoText(errno)));
+  }
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) return absl::InternalError(absl::StrCat("create ", tmp, ": ", ErrnoText(errno)));
+  size_t written = 0;
+  while (written < content.size()) {
+    const ssize_t n = ::write(fd, content.data() + written, content.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      ::close(fd);
+      return absl::InternalError(absl::StrCat("write ", tmp, ": ", ErrnoText(err)));
+    }
+    written += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0) {
+    return absl::InternalError(absl::StrCat("close ", tmp, ": ", ErrnoText(errno)));
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
@@ -78,12 +94,12 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
 
 struct Supervisor::Rank {
   explicit Rank(const loom::v1::RankAssignment& a, size_t max_line)
-      : assignment(a), splitters{LineSplitter(max_line), LineSplitter(max_line),
-                                 LineSplitter(max_line)} {}
+      : assignment(a),
+        splitters{LineSplitter(max_line), LineSplitter(max_line), LineSplitter(max_line)} {}
   loom::v1::RankAssignment assignment;
   pid_t pid = -1;  // also the process group id
   int pidfd = -1;
-  bool alive = false;  // launched and not reaped yet
+  bool alive = false;       // launched and not reaped yet
   std::string stop_reason;  // non-empty once the worker asked the rank to stop
   absl::Time kill_deadline = absl::InfiniteFuture();
   bool killed = false;  // SIGKILL sent
@@ -246,9 +262,8 @@ void Supervisor::Loop() {
         }
       }
     }
-    const int timeout_ms =
-        static_cast<int>(std::clamp<int64_t>(absl::ToInt64Milliseconds(wake_at - now) + 1, 0,
-                                             1000));
+    const int timeout_ms = static_cast<int>(
+        std::clamp<int64_t>(absl::ToInt64Milliseconds(wake_at - now) + 1, 0, 1000));
     const int ready = ::poll(fds.data(), fds.size(), timeout_ms);
     if (ready < 0 && errno != EINTR) {
       LOOM_LOG(ERROR) << "supervisor: poll: " << ErrnoText(errno);
@@ -314,8 +329,8 @@ void Supervisor::HandleAssign(loom::v1::Assignment a) {
       LOOM_LOG(INFO) << "supervisor: " << name << " generation " << a.generation()
                      << " is already assigned; ignoring the repeat";
     } else if (a.generation() < running) {
-      LOOM_LOG(WARNING) << "supervisor: ignoring stale " << name << " generation "
-                        << a.generation() << " (running " << running << ")";
+      LOOM_LOG(WARNING) << "supervisor: ignoring stale " << name << " generation " << a.generation()
+                        << " (running " << running << ")";
     } else {
       LOOM_LOG(INFO) << "supervisor: " << name << " generation " << a.generation()
                      << " supersedes generation " << running << "; stopping it first";
@@ -372,6 +387,30 @@ void Supervisor::FailAssignment(const loom::v1::Assignment& a, loom::v1::ExitCla
   while (finished_.size() > options_.finished_history) finished_.pop_front();
 }
 
+absl::Status Supervisor::GiveToRankUser(const RankPaths& paths) const {
+  const RankIdentity& user = options_.rank_user;
+  if (!user.switch_user) return absl::OkStatus();
+  // The folders the worker created for the job, never their contents: what is inside was
+  // written by the ranks (already theirs) or by the worker for them to read (spec.json), and a
+  // recursive chown as root could be steered by a rank's hard links onto files it must not own.
+  for (const std::string& dir : {paths.work_dir, paths.checkpoint_dir}) {
+    struct stat info {};
+    int err = 0;
+    if (::lstat(dir.c_str(), &info) != 0) {
+      err = errno;
+    } else if (!S_ISDIR(info.st_mode)) {
+      err = ENOTDIR;  // e.g. a link a rank put in place of its checkpoint folder
+    } else if (::lchown(dir.c_str(), user.uid, user.gid) != 0) {
+      err = errno;
+    }
+    if (err != 0) {
+      return absl::InternalError(
+          absl::StrCat("chown ", dir, " to ", user.name, ": ", ErrnoText(err)));
+    }
+  }
+  return absl::OkStatus();
+}
+
 void Supervisor::LaunchJob(loom::v1::Assignment a) {
   if (absl::Status valid = ValidateAssignment(a, options_.devices); !valid.ok()) {
     LOOM_LOG(WARNING) << "supervisor: refusing an invalid assignment: " << valid.message();
@@ -379,14 +418,22 @@ void Supervisor::LaunchJob(loom::v1::Assignment a) {
                    absl::StrCat("invalid assignment: ", valid.message()));
     return;
   }
+  if (absl::Status confined = CheckSpecPathsOnNode(a.spec(), options_.roots); !confined.ok()) {
+    LOOM_LOG(WARNING) << "supervisor: refusing " << a.job() << ": " << confined.message();
+    FailAssignment(a, loom::v1::EXIT_CLASS_PERMANENT, std::string(confined.message()));
+    return;
+  }
   // Validated above, so the id is a safe directory name.
   const std::string job_id = JobIdFromName(a.job()).value();
   RankPaths paths;
   paths.work_dir = absl::StrCat(options_.work_dir, "/jobs/", job_id);
   paths.spec_file = paths.work_dir + "/spec.json";
+  // A given checkpoint.dir gets the job's own folder inside it, so that jobs sharing a dir never
+  // resume from (or overwrite) each other's checkpoints.
   const bool default_checkpoints = a.spec().checkpoint().dir().empty();
-  paths.checkpoint_dir =
-      default_checkpoints ? paths.work_dir + "/checkpoints" : a.spec().checkpoint().dir();
+  paths.checkpoint_dir = default_checkpoints
+                             ? paths.work_dir + "/checkpoints"
+                             : absl::StrCat(a.spec().checkpoint().dir(), "/", job_id);
 
   // Every sub-message present, so that spec.json shows every field with its default.
   loom::v1::JobSpec spec = a.spec();
@@ -397,18 +444,17 @@ void Supervisor::LaunchJob(loom::v1::Assignment a) {
   print.always_print_primitive_fields = true;
   print.add_whitespace = true;
   absl::Status prepared = absl::OkStatus();
-  if (auto st = google::protobuf::util::MessageToJsonString(spec, &spec_json, print);
-      !st.ok()) {
+  if (auto st = google::protobuf::util::MessageToJsonString(spec, &spec_json, print); !st.ok()) {
     prepared = absl::InternalError(absl::StrCat("spec to JSON: ", std::string(st.message())));
   }
   std::error_code ec;
-  if (prepared.ok()) {
-    std::filesystem::create_directories(
-        default_checkpoints ? paths.checkpoint_dir : paths.work_dir, ec);
-    if (ec) prepared = absl::InternalError(absl::StrCat("mkdir ", paths.work_dir, ": ",
-                                                        ec.message()));
+  for (const std::string& dir : {paths.work_dir, paths.checkpoint_dir}) {
+    if (!prepared.ok()) break;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) prepared = absl::InternalError(absl::StrCat("mkdir ", dir, ": ", ec.message()));
   }
   if (prepared.ok()) prepared = WriteFileAtomically(paths.spec_file, spec_json);
+  if (prepared.ok()) prepared = GiveToRankUser(paths);
   if (!prepared.ok()) {
     // The node's disk, not the job: worth retrying elsewhere.
     LOOM_LOG(ERROR) << "supervisor: cannot prepare " << a.job() << ": " << prepared.message();
@@ -455,6 +501,10 @@ void Supervisor::LaunchJob(loom::v1::Assignment a) {
     request.env = options_.inherited_env;
     for (auto& [k, v] : BuildRankEnvironment(as, rank->assignment, paths)) request.env[k] = v;
     request.cwd = paths.work_dir;
+    request.switch_user = options_.rank_user.switch_user;
+    request.uid = options_.rank_user.uid;
+    request.gid = options_.rank_user.gid;
+    request.groups = options_.rank_user.groups;
     absl::StatusOr<LaunchedProcess> launched = Launch(request);
     if (!launched.ok()) {
       const bool permanent = absl::IsFailedPrecondition(launched.status());
@@ -464,8 +514,7 @@ void Supervisor::LaunchJob(loom::v1::Assignment a) {
       s.set_rank(rank->assignment.rank());
       s.set_phase(loom::v1::RANK_PHASE_EXITED);
       s.set_exit_code(permanent ? 127 : -1);
-      s.set_exit_class(permanent ? loom::v1::EXIT_CLASS_PERMANENT
-                                 : loom::v1::EXIT_CLASS_RETRYABLE);
+      s.set_exit_class(permanent ? loom::v1::EXIT_CLASS_PERMANENT : loom::v1::EXIT_CLASS_RETRYABLE);
       s.set_message(std::string(launched.status().message()));
       LOOM_LOG(WARNING) << "supervisor: " << as.job() << " rank " << rank->assignment.rank()
                         << " failed to start: " << launched.status().message();
@@ -509,10 +558,9 @@ void Supervisor::ReadPipe(Job& job, Rank& rank, int which, size_t budget) {
     const ssize_t n = ::read(rank.fds[which], buf, std::min(sizeof(buf), budget));
     if (n > 0) {
       budget -= static_cast<size_t>(n);
-      rank.splitters[which].Append(std::string_view(buf, static_cast<size_t>(n)),
-                                   [&](std::string line) {
-                                     OnLine(job, rank, which, std::move(line));
-                                   });
+      rank.splitters[which].Append(
+          std::string_view(buf, static_cast<size_t>(n)),
+          [&](std::string line) { OnLine(job, rank, which, std::move(line)); });
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -523,8 +571,7 @@ void Supervisor::ReadPipe(Job& job, Rank& rank, int which, size_t budget) {
 
 void Supervisor::ClosePipe(Job& job, Rank& rank, int which) {
   if (rank.fds[which] < 0) return;
-  rank.splitters[which].Flush(
-      [&](std::string line) { OnLine(job, rank, which, std::move(line)); });
+  rank.splitters[which].Flush([&](std::string line) { OnLine(job, rank, which, std::move(line)); });
   ::close(rank.fds[which]);
   rank.fds[which] = -1;
 }
@@ -637,8 +684,8 @@ void Supervisor::EmitExit(loom::v1::RankStatus status) {
 void Supervisor::FinishJobs() {
   for (auto it = jobs_.begin(); it != jobs_.end();) {
     Job& job = *it->second;
-    const bool any_alive = std::any_of(job.ranks.begin(), job.ranks.end(),
-                                       [](const auto& r) { return r->alive; });
+    const bool any_alive =
+        std::any_of(job.ranks.begin(), job.ranks.end(), [](const auto& r) { return r->alive; });
     if (any_alive) {
       ++it;
       continue;

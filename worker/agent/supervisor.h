@@ -41,7 +41,10 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "loom/v1/node.pb.h"
+#include "worker/agent/path_confinement.h"
+#include "worker/agent/rank_environment.h"
 #include "worker/agent/rank_event_sink.h"
+#include "worker/agent/rank_user.h"
 
 namespace loom::worker {
 
@@ -57,6 +60,11 @@ struct SupervisorOptions {
   std::map<std::string, std::string> inherited_env;
   // The node's devices: assignments naming any other device are refused.
   std::vector<loom::v1::Device> devices;
+  // Where spec paths may point on this node (--data-roots, --checkpoint-roots; empty lists allow
+  // any path), checked with symbolic links resolved before anything is launched.
+  PathRoots roots;
+  // Who the ranks run as (--rank-user); the job's directories created here are given to it.
+  RankIdentity rank_user;
   // Bounds on log lines and on LogChunk batches; a batch is sent when full or this old.
   size_t max_line_bytes = 16 * 1024;
   int log_batch_max_lines = 256;
@@ -124,6 +132,9 @@ class Supervisor {
   void HandleAssign(loom::v1::Assignment assignment);
   void HandleCancel(const Command& command);
   void LaunchJob(loom::v1::Assignment assignment);
+  // Gives the job's work dir and checkpoint folder (not their contents) to the rank user, when
+  // ranks run as another user than the worker. INTERNAL with errno otherwise.
+  absl::Status GiveToRankUser(const RankPaths& paths) const;
   // Reports every rank of an assignment that cannot start as EXITED with `exit_class`.
   void FailAssignment(const loom::v1::Assignment& assignment, loom::v1::ExitClass exit_class,
                       const std::string& message);

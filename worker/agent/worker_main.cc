@@ -8,20 +8,20 @@
 // reachable within a few seconds, and the worker exits 0. If the worker itself is SIGKILLed, the
 // ranks die with it through PR_SET_PDEATHSIG.
 #include <fcntl.h>
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
-
-#include <CLI/CLI.hpp>
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -29,12 +29,15 @@
 #include "common/metrics_http_server.h"
 #include "common/net.h"
 #include "common/ready_file.h"
+#include "common/spec_path.h"
 #include "common/tls.h"
 #include "worker/agent/gpu_inventory.h"
 #include "worker/agent/node_identity.h"
 #include "worker/agent/node_metrics.h"
 #include "worker/agent/outbound_buffer.h"
+#include "worker/agent/path_confinement.h"
 #include "worker/agent/rank_environment.h"
+#include "worker/agent/rank_user.h"
 #include "worker/agent/session_client.h"
 #include "worker/agent/supervisor.h"
 
@@ -63,7 +66,7 @@ int main(int argc, char** argv) {
 
   CLI::App app{"loom-worker: the Loom node agent (runs the ranks loomd assigns to this node)"};
   std::string coordinator, listen = "127.0.0.1:0", metrics_listen = "127.0.0.1:0", name;
-  std::string work_dir, ready_file, rank_program;
+  std::string work_dir, ready_file, rank_program, data_roots, checkpoint_roots, rank_user;
   int cpu_devices = -1;
   int64_t stop_grace_ms = 10000;
   TlsFiles tls;
@@ -98,6 +101,15 @@ int main(int argc, char** argv) {
                  "File (mode 600) with a node token from loomd's --tokens-file");
   app.add_flag("--insecure", insecure,
                "Plaintext to loomd even when it is not on loopback (development only)");
+  app.add_option("--data-roots", data_roots,
+                 "Comma-separated directories that spec.data.path and val_path must resolve "
+                 "under, symbolic links followed (default: the work dir; / allows any)");
+  app.add_option("--checkpoint-roots", checkpoint_roots,
+                 "Comma-separated directories that spec.checkpoint.dir must resolve under "
+                 "(default: the work dir; / allows any)");
+  app.add_option("--rank-user", rank_user,
+                 "User the ranks run as when the worker runs as root (default: nobody; root "
+                 "is the explicit opt-out for development)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -109,9 +121,9 @@ int main(int argc, char** argv) {
   absl::StatusOr<HostPort> coordinator_hp = ParseHostPort(coordinator);
   absl::StatusOr<HostPort> listen_hp = ParseHostPort(listen);
   if (!coordinator_hp.ok() || !listen_hp.ok() || !ParseHostPort(metrics_listen).ok()) {
-    for (auto [flag, value] : {std::pair{"--coordinator", &coordinator},
-                               std::pair{"--listen", &listen},
-                               std::pair{"--metrics-listen", &metrics_listen}}) {
+    for (auto [flag, value] :
+         {std::pair{"--coordinator", &coordinator}, std::pair{"--listen", &listen},
+          std::pair{"--metrics-listen", &metrics_listen}}) {
       if (auto hp = ParseHostPort(*value); !hp.ok()) {
         std::cerr << "loom-worker: " << flag << ": " << hp.status().message() << "\n";
       }
@@ -147,6 +159,23 @@ int main(int argc, char** argv) {
   if (ec || !std::filesystem::is_directory(work_path)) {
     std::cerr << "loom-worker: --work-dir=" << work_dir << ": cannot create or use it"
               << (ec ? ": " + ec.message() : "") << "\n";
+    return kExitBadFlags;
+  }
+  PathRoots roots;
+  for (auto [flag, value, out] :
+       {std::tuple{"--data-roots", &data_roots, &roots.data},
+        std::tuple{"--checkpoint-roots", &checkpoint_roots, &roots.checkpoint}}) {
+    absl::StatusOr<std::vector<std::string>> parsed =
+        ParseRoots(value->empty() ? work_path.string() : *value, flag);
+    if (!parsed.ok()) {
+      std::cerr << "loom-worker: " << parsed.status().message() << "\n";
+      return kExitBadFlags;
+    }
+    *out = *std::move(parsed);
+  }
+  absl::StatusOr<RankIdentity> rank_identity = ResolveRankUser(rank_user, ::geteuid());
+  if (!rank_identity.ok()) {
+    std::cerr << "loom-worker: " << rank_identity.status().message() << "\n";
     return kExitBadFlags;
   }
   if (rank_program.empty()) {
@@ -221,6 +250,8 @@ int main(int argc, char** argv) {
   sup.rank_program = rank_program;
   sup.stop_grace = absl::Milliseconds(stop_grace_ms);
   sup.devices = devices;
+  sup.roots = roots;
+  sup.rank_user = *rank_identity;
   std::vector<std::string> environ_entries;
   for (char** e = environ; *e != nullptr; ++e) environ_entries.emplace_back(*e);
   sup.inherited_env = InheritedEnvironment(environ_entries, DefaultInheritedEnvironment());
@@ -253,14 +284,14 @@ int main(int argc, char** argv) {
     supervisor.Cancel(c.job(), c.generation(), c.reason());
   };
   SessionClient session(std::move(session_options), &buffer, std::move(callbacks));
-  NodeMetrics node_metrics(&registry, devices,
-                           {[&supervisor] { return supervisor.stats(); },
-                            [&session] { return session.connected(); }});
+  NodeMetrics node_metrics(
+      &registry, devices,
+      {[&supervisor] { return supervisor.stats(); }, [&session] { return session.connected(); }});
   session.Start();
-  LOOM_LOG(INFO) << "loom-worker nodes/" << name << ": " << gpu_count << " GPU(s), "
-                 << cpu_devices << " CPU device(s); grpc " << grpc_address << ", metrics "
-                 << metrics_address << ", work dir " << work_path.string() << ", rank program "
-                 << rank_program << ", coordinator " << coordinator;
+  LOOM_LOG(INFO) << "loom-worker nodes/" << name << ": " << gpu_count << " GPU(s), " << cpu_devices
+                 << " CPU device(s); grpc " << grpc_address << ", metrics " << metrics_address
+                 << ", work dir " << work_path.string() << ", rank program " << rank_program
+                 << ", ranks run as " << rank_identity->name << ", coordinator " << coordinator;
 
   bool ready_written = false;
   int received = 0;

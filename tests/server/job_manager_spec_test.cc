@@ -1,0 +1,211 @@
+// JobManager's refusals and notices that depend on more than the spec alone: request_id reuse,
+// the planner's memory model, where sharded checkpoints land, and a restarted gang that did not
+// find its checkpoint. MemoryJobStore, FakeClock and FakeSinks, as job_manager_test.cc.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/jobs/checkpoint_placement.h"
+#include "server/jobs/default_spec_validator.h"
+#include "server/jobs/job_manager.h"
+#include "server/store/job_store.h"
+#include "tests/server/loomd_test_util.h"
+#include "tests/server/store_test_util.h"
+
+namespace loom::jobs {
+namespace {
+
+using ::loom::testing::CpuNode;
+using ::loom::testing::CpuSpec;
+using ::loom::testing::CreateRequest;
+using ::loom::testing::FakeSink;
+using ::loom::testing::RankExit;
+using ::loom::testing::RankPhase;
+using ::loom::testing::Step;
+using ::testing::Contains;
+using ::testing::HasSubstr;
+
+class JobManagerSpecTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = store::NewMemoryJobStore();
+    JobManagerOptions options;
+    options.rendezvous_address = "loomd.test:7070";
+    auto manager = JobManager::Create(store_.get(), &clock_, MakeSpecValidator(), nullptr, nullptr,
+                                      nullptr, options);
+    ASSERT_TRUE(manager.ok()) << manager.status();
+    manager_ = std::move(*manager);
+  }
+
+  std::shared_ptr<FakeSink> Connect(const v1::RegisterNodeRequest& node) {
+    EXPECT_TRUE(manager_->RegisterNode(node).ok());
+    auto sink = std::make_shared<FakeSink>();
+    v1::SessionHello hello;
+    hello.set_node_id(node.node_id());
+    sessions_[node.node_id()] = manager_->OpenSession(hello, sink).value_or(0);
+    return sink;
+  }
+  void Send(const std::string& node, const v1::WorkerMessage& message) {
+    ASSERT_TRUE(manager_->HandleWorkerMessage(node, sessions_[node], message).ok());
+  }
+  int JobCount() { return manager_->ListJobs({}).value().jobs_size(); }
+  std::vector<std::string> Reasons(const std::string& name) {
+    std::vector<std::string> out;
+    const v1::Job job = manager_->GetJob(name).value_or(v1::Job());
+    for (const v1::JobEvent& e : job.events()) out.push_back(e.reason());
+    return out;
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<store::JobStore> store_;
+  std::unique_ptr<JobManager> manager_;
+  std::map<std::string, uint64_t> sessions_;
+};
+
+v1::RegisterNodeRequest GpuNode(const std::string& id, int gpus) {
+  v1::RegisterNodeRequest node;
+  node.set_node_id(id);
+  node.set_hostname(id + ".local");
+  for (int i = 0; i < gpus; ++i) {
+    v1::Device* d = node.add_devices();
+    d->set_kind(v1::DEVICE_KIND_GPU);
+    d->set_index(i);
+    d->set_model("NVIDIA H100 80GB HBM3");
+    d->set_memory_bytes(int64_t{80} << 30);
+  }
+  return node;
+}
+
+// A GPT-3-sized model (175 B parameters) on GPUs.
+v1::JobSpec HugeGpuSpec(int gpus) {
+  v1::JobSpec spec;
+  spec.mutable_model()->set_layers(96);
+  spec.mutable_model()->set_hidden(12288);
+  spec.mutable_model()->set_heads(96);
+  spec.mutable_model()->set_seq_len(2048);
+  spec.mutable_model()->set_vocab(50304);
+  spec.mutable_data()->set_builtin("tiny-corpus");
+  spec.mutable_train()->set_steps(10);
+  spec.mutable_resources()->set_gpus(gpus);
+  return spec;
+}
+
+TEST_F(JobManagerSpecTest, RequestIdReusedWithAnotherSpecIsRefused) {
+  Connect(CpuNode("n1", 2));
+  absl::StatusOr<v1::Job> first = manager_->CreateJob(CreateRequest(CpuSpec(2), "req-1"));
+  ASSERT_TRUE(first.ok()) << first.status();
+  // The same spec, spelling out defaults the first one left out: the same job.
+  v1::JobSpec explicit_defaults = CpuSpec(2);
+  explicit_defaults.mutable_train()->set_lr(6e-4);
+  explicit_defaults.mutable_train()->set_precision("fp32");
+  absl::StatusOr<v1::Job> again = manager_->CreateJob(CreateRequest(explicit_defaults, "req-1"));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->name(), first->name());
+
+  v1::JobSpec other = CpuSpec(2);
+  other.mutable_train()->set_steps(11);
+  const absl::Status reused = manager_->CreateJob(CreateRequest(other, "req-1")).status();
+  EXPECT_EQ(reused.code(), absl::StatusCode::kAlreadyExists) << reused;
+  EXPECT_THAT(std::string(reused.message()), HasSubstr("request_id \"req-1\""));
+  EXPECT_THAT(std::string(reused.message()), HasSubstr(first->name()));
+  EXPECT_THAT(std::string(reused.message()), HasSubstr("different spec"));
+  EXPECT_EQ(JobCount(), 1);
+}
+
+TEST_F(JobManagerSpecTest, AModelThatFitsNoDeviceIsRefusedNamingTheMemoryNeeded) {
+  Connect(GpuNode("g1", 8));
+  for (const bool auto_layout : {true, false}) {
+    v1::JobSpec spec = HugeGpuSpec(8);
+    if (!auto_layout) {
+      spec.mutable_parallelism()->set_data(8);
+      spec.mutable_parallelism()->set_micro_batch(1);
+    }
+    const absl::Status s = manager_->CreateJob(CreateRequest(spec)).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("spec.resources.gpus"));
+    EXPECT_THAT(std::string(s.message()), HasSubstr("GiB per GPU"));
+    EXPECT_THAT(std::string(s.message()), HasSubstr("ask for more devices")) << s;
+  }
+  EXPECT_EQ(JobCount(), 0);
+  // A model that fits is still accepted.
+  v1::JobSpec small = HugeGpuSpec(1);
+  small.clear_model();
+  small.mutable_model()->set_preset("gpt2-124m");
+  absl::StatusOr<v1::Job> fits = manager_->CreateJob(CreateRequest(small));
+  EXPECT_TRUE(fits.ok()) << fits.status();
+}
+
+TEST_F(JobManagerSpecTest, ShardedCheckpointsWithoutASharedDirStayOnOneNode) {
+  auto n1 = Connect(CpuNode("n1", 2));
+  // One device of n1 busy; n2 has one: two free devices, but on two nodes.
+  ASSERT_TRUE(manager_->CreateJob(CreateRequest(CpuSpec(1))).ok());
+  auto n2 = Connect(CpuNode("n2", 1));
+  v1::JobSpec pipeline = CpuSpec(2);
+  pipeline.mutable_parallelism()->set_pipeline(2);
+  absl::StatusOr<v1::Job> local = manager_->CreateJob(CreateRequest(pipeline));
+  ASSERT_TRUE(local.ok()) << local.status();
+  EXPECT_EQ(local->state(), v1::QUEUED);  // waits for one node rather than spreading
+
+  pipeline.mutable_checkpoint()->set_dir("/shared/ckpt");
+  absl::StatusOr<v1::Job> shared = manager_->CreateJob(CreateRequest(pipeline));
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  // Behind the first in the queue (no backfill); it would spread once placed.
+  EXPECT_EQ(PlacementGroup(shared->spec(), shared->layout()), 1);
+  EXPECT_EQ(PlacementGroup(local->spec(), local->layout()), 2);
+
+  // More ranks than any node holds, with node-local checkpoints: refused at create.
+  v1::JobSpec wide = CpuSpec(3);  // 3 devices ready in all, at most 2 on one node
+  wide.mutable_parallelism()->set_data(3);
+  wide.mutable_parallelism()->set_zero1(true);
+  const absl::Status refused = manager_->CreateJob(CreateRequest(wide)).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("spec.checkpoint.dir"));
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("at most 2 devices per ready node"));
+  wide.mutable_checkpoint()->set_dir("/shared/ckpt");
+  EXPECT_TRUE(manager_->CreateJob(CreateRequest(wide)).ok());
+}
+
+TEST_F(JobManagerSpecTest, ARestartThatLostTheLastCheckpointSaysSo) {
+  auto sink = Connect(CpuNode("n1", 1));
+  v1::JobSpec spec = CpuSpec(1, /*max_restarts=*/1, 1.0);
+  spec.mutable_train()->set_steps(100);
+  spec.mutable_checkpoint()->set_every_steps(10);
+  absl::StatusOr<v1::Job> job = manager_->CreateJob(CreateRequest(spec));
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string name = job->name();
+  Send("n1", RankPhase(name, 1, 0, v1::RANK_PHASE_RUNNING));
+  for (int step = 1; step <= 25; ++step) Send("n1", Step(name, 1, 0, step, 100, 3.0));
+  Send("n1", RankExit(name, 1, 0, v1::EXIT_CLASS_RETRYABLE, "killed by signal 9 (SIGKILL)"));
+  clock_.Advance(absl::Seconds(2));
+  manager_->Tick();
+  ASSERT_EQ(manager_->GetJob(name)->generation(), 2);
+  // Generation 2 starts from scratch: the checkpoint of step 20 was not where it looked.
+  Send("n1", Step(name, 2, 0, 1, 100, 3.0));
+  EXPECT_THAT(Reasons(name),
+              Contains(HasSubstr("generation 2 started from step 0 (earlier generations reached "
+                                 "step 25): the checkpoint of step 20 was NOT found")));
+  EXPECT_THAT(Reasons(name), Contains(HasSubstr("set spec.checkpoint.dir")));
+}
+
+TEST(ResumeNoticeTest, SaysWhereAGangResumed) {
+  v1::JobSpec spec;
+  spec.mutable_checkpoint()->set_every_steps(10);
+  EXPECT_FALSE(ResumeNotice(spec, 1, 1, 0).has_value());    // first generation
+  EXPECT_FALSE(ResumeNotice(spec, 2, 26, 25).has_value());  // nothing lost
+  EXPECT_THAT(ResumeNotice(spec, 2, 21, 25).value(),
+              HasSubstr("resumed from the checkpoint of step 20"));
+  // Step 20 reached but maybe not yet committed: resuming from 10 is not a lost checkpoint.
+  EXPECT_THAT(ResumeNotice(spec, 2, 11, 20).value(), HasSubstr("resumed from the checkpoint"));
+  spec.mutable_checkpoint()->set_every_steps(0);
+  EXPECT_THAT(ResumeNotice(spec, 2, 1, 25).value(), HasSubstr("checkpoint.every_steps is 0"));
+  EXPECT_EQ(CommittedCheckpointStep(25, 10), 20);
+  EXPECT_EQ(CommittedCheckpointStep(20, 10), 10);
+  EXPECT_EQ(CommittedCheckpointStep(5, 0), 0);
+}
+
+}  // namespace
+}  // namespace loom::jobs
