@@ -26,6 +26,19 @@ grpc::Status NodeServiceImpl::ListNodes(grpc::ServerContext*, const v1::ListNode
   return grpc::Status::OK;
 }
 
+grpc::Status NodeServiceImpl::DrainNode(grpc::ServerContext*, const v1::DrainNodeRequest* request,
+                                        v1::Node* response) {
+  absl::StatusOr<v1::Node> node = manager_->DrainNode(*request);
+  if (!node.ok()) return ToGrpcStatus(node.status());
+  *response = std::move(*node);
+  return grpc::Status::OK;
+}
+
+grpc::Status NodeServiceImpl::DeleteNode(grpc::ServerContext*, const v1::DeleteNodeRequest* request,
+                                         v1::DeleteNodeResponse*) {
+  return ToGrpcStatus(manager_->DeleteNode(*request));
+}
+
 grpc::Status NodeServiceImpl::Session(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream) {

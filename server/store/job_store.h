@@ -37,7 +37,8 @@ class JobStore {
   // Inserts a new job (job.name() is "jobs/{id}", unique) and its first event, atomically.
   // Returns the assigned sequence (strictly increasing across calls). ALREADY_EXISTS if the name
   // or a non-empty job.request_id() is already taken; then nothing is written.
-  virtual absl::StatusOr<int64_t> CreateJob(const v1::Job& job, const v1::JobEvent& first_event) = 0;
+  virtual absl::StatusOr<int64_t> CreateJob(const v1::Job& job,
+                                            const v1::JobEvent& first_event) = 0;
 
   // NOT_FOUND if no job has this name ("jobs/{id}").
   virtual absl::StatusOr<StoredJob> GetJob(std::string_view name) = 0;
@@ -67,6 +68,8 @@ class JobStore {
   // Inserts or replaces a node (matched by node.name(), "nodes/{id}").
   virtual absl::Status PutNode(const v1::Node& node) = 0;
   virtual absl::StatusOr<std::vector<v1::Node>> ListNodes() = 0;
+  // Removes the node named `name`; NOT_FOUND when there is none.
+  virtual absl::Status DeleteNode(std::string_view name) = 0;
 };
 
 // Opens (creating if needed) the SQLite database `path` in WAL mode with its schema.
