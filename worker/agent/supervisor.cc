@@ -3,8 +3,8 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/syscall.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,6 +25,7 @@
 #include "worker/agent/progress_parser.h"
 #include "worker/agent/rank_environment.h"
 #include "worker/agent/rank_exit.h"
+#include "worker/agent/stack_dump_capture.h"
 
 namespace loom::worker {
 namespace {
@@ -60,17 +61,36 @@ void FillTopLevelMessages(google::protobuf::Message* m) {
 }
 
 // Writes `content` to `path` through a temp file and a rename, so a reader never sees half.
-absl::Status WriteFileAtomically(const std::string& path, const std::string& content) {
+// On failure *error_number is the errno (0 when unknown).
+absl::Status WriteFileAtomically(const std::string& path, const std::string& content,
+                                 int* error_number) {
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << content;
-    out.flush();
-    if (!out) return absl::InternalError(absl::StrCat("writing ", tmp, " failed"));
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    *error_number = errno;
+    return absl::InternalError(absl::StrCat("create ", tmp, ": ", ErrnoText(errno)));
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return absl::InternalError(absl::StrCat("rename ", tmp, ": ", ec.message()));
+  size_t done = 0;
+  while (done < content.size()) {
+    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      *error_number = n < 0 ? errno : ENOSPC;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return absl::InternalError(absl::StrCat("write ", tmp, ": ", ErrnoText(*error_number)));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0) {
+    *error_number = errno;
+    ::unlink(tmp.c_str());
+    return absl::InternalError(absl::StrCat("close ", tmp, ": ", ErrnoText(*error_number)));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    *error_number = errno;
+    return absl::InternalError(absl::StrCat("rename ", tmp, ": ", ErrnoText(*error_number)));
+  }
   return absl::OkStatus();
 }
 
@@ -78,12 +98,12 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
 
 struct Supervisor::Rank {
   explicit Rank(const loom::v1::RankAssignment& a, size_t max_line)
-      : assignment(a), splitters{LineSplitter(max_line), LineSplitter(max_line),
-                                 LineSplitter(max_line)} {}
+      : assignment(a),
+        splitters{LineSplitter(max_line), LineSplitter(max_line), LineSplitter(max_line)} {}
   loom::v1::RankAssignment assignment;
   pid_t pid = -1;  // also the process group id
   int pidfd = -1;
-  bool alive = false;  // launched and not reaped yet
+  bool alive = false;       // launched and not reaped yet
   std::string stop_reason;  // non-empty once the worker asked the rank to stop
   absl::Time kill_deadline = absl::InfiniteFuture();
   bool killed = false;  // SIGKILL sent
@@ -95,6 +115,7 @@ struct Supervisor::Rank {
   std::string last_stderr;
   int malformed_progress = 0;
   std::optional<loom::v1::RankStatus> final_status;
+  std::optional<StackDumpCapture> dump;  // a stack dump asked for and not yet reported
 };
 
 struct Supervisor::Job {
@@ -147,6 +168,11 @@ void Supervisor::Assign(loom::v1::Assignment assignment) {
   Post(Command{Command::kAssign, std::move(assignment), "", 0, ""});
 }
 
+void Supervisor::DumpStacks(const std::string& job, int64_t generation) {
+  Command c{Command::kDumpStacks, {}, job, generation, ""};
+  Post(std::move(c));
+}
+
 void Supervisor::Cancel(const std::string& job, int64_t generation, const std::string& reason) {
   Post(Command{Command::kCancel, {}, job, generation, reason});
 }
@@ -194,6 +220,9 @@ void Supervisor::Loop() {
           break;
         case Command::kCancel:
           HandleCancel(c);
+          break;
+        case Command::kDumpStacks:
+          HandleDumpStacks(c);
           break;
         case Command::kShutdown:
           if (!shutting_down_) {
@@ -244,11 +273,11 @@ void Supervisor::Loop() {
         if (!rank->stop_reason.empty() && !rank->killed) {
           wake_at = std::min(wake_at, rank->kill_deadline);
         }
+        if (rank->dump.has_value()) wake_at = std::min(wake_at, rank->dump->deadline);
       }
     }
-    const int timeout_ms =
-        static_cast<int>(std::clamp<int64_t>(absl::ToInt64Milliseconds(wake_at - now) + 1, 0,
-                                             1000));
+    const int timeout_ms = static_cast<int>(
+        std::clamp<int64_t>(absl::ToInt64Milliseconds(wake_at - now) + 1, 0, 1000));
     const int ready = ::poll(fds.data(), fds.size(), timeout_ms);
     if (ready < 0 && errno != EINTR) {
       LOOM_LOG(ERROR) << "supervisor: poll: " << ErrnoText(errno);
@@ -297,6 +326,9 @@ void Supervisor::Loop() {
             FlushLogs(*job, *rank, which);
           }
         }
+        if (rank->dump.has_value() && after >= rank->dump->deadline) {
+          FinishDump(*job, *rank, /*answered=*/false);
+        }
       }
     }
   }
@@ -314,8 +346,8 @@ void Supervisor::HandleAssign(loom::v1::Assignment a) {
       LOOM_LOG(INFO) << "supervisor: " << name << " generation " << a.generation()
                      << " is already assigned; ignoring the repeat";
     } else if (a.generation() < running) {
-      LOOM_LOG(WARNING) << "supervisor: ignoring stale " << name << " generation "
-                        << a.generation() << " (running " << running << ")";
+      LOOM_LOG(WARNING) << "supervisor: ignoring stale " << name << " generation " << a.generation()
+                        << " (running " << running << ")";
     } else {
       LOOM_LOG(INFO) << "supervisor: " << name << " generation " << a.generation()
                      << " supersedes generation " << running << "; stopping it first";
@@ -348,8 +380,45 @@ void Supervisor::HandleCancel(const Command& c) {
   if (c.generation == 0 || c.generation == job.assignment.generation()) StopJob(job, reason);
 }
 
+void Supervisor::HandleDumpStacks(const Command& c) {
+  auto it = jobs_.find(c.job);
+  if (it == jobs_.end() || it->second->assignment.generation() != c.generation) return;
+  Job& job = *it->second;
+  LOOM_LOG(WARNING) << "supervisor: loomd finds " << c.job << " generation " << c.generation
+                    << " hung; asking its ranks for their stacks";
+  for (auto& rank : job.ranks) {
+    if (!rank->alive || rank->dump.has_value()) continue;
+    rank->dump.emplace();
+    rank->dump->deadline = absl::Now() + options_.stack_dump_wait;
+    const std::string state = ProcState(rank->pid);
+    // A stopped process cannot answer until continued; a zombie never will.
+    if (state == "T" || state == "t" || state == "Z" || ::kill(rank->pid, SIGUSR1) != 0) {
+      FinishDump(job, *rank, /*answered=*/false);
+    }
+  }
+}
+
+void Supervisor::FinishDump(const Job& job, Rank& rank, bool answered) {
+  if (!rank.dump.has_value()) return;
+  loom::v1::StackDump d;
+  d.set_job(job.assignment.job());
+  d.set_generation(job.assignment.generation());
+  d.set_rank(rank.assignment.rank());
+  d.set_pid(rank.pid);
+  d.set_answered(answered);
+  d.set_proc_state(rank.alive ? ProcState(rank.pid) : "exited");
+  d.set_text(std::move(rank.dump->text));
+  rank.dump.reset();
+  if (!answered) {
+    LOOM_LOG(WARNING) << "supervisor: " << d.job() << " rank " << d.rank() << " (pid " << d.pid()
+                      << ") did not answer the stack dump; process state " << d.proc_state();
+  }
+  sink_->OnStackDump(d);
+}
+
 void Supervisor::FailAssignment(const loom::v1::Assignment& a, loom::v1::ExitClass exit_class,
-                                const std::string& message) {
+                                const std::string& message, const std::string& prepare_error,
+                                bool no_space) {
   Finished finished{a.job(), a.generation(), {}};
   std::vector<int> ranks;
   for (const auto& r : a.ranks()) {
@@ -365,6 +434,8 @@ void Supervisor::FailAssignment(const loom::v1::Assignment& a, loom::v1::ExitCla
     s.set_exit_code(-1);
     s.set_exit_class(exit_class);
     s.set_message(message);
+    s.set_prepare_error(prepare_error);
+    s.set_no_space(no_space);
     finished.statuses.push_back(s);
     EmitExit(std::move(s));
   }
@@ -397,23 +468,29 @@ void Supervisor::LaunchJob(loom::v1::Assignment a) {
   print.always_print_primitive_fields = true;
   print.add_whitespace = true;
   absl::Status prepared = absl::OkStatus();
-  if (auto st = google::protobuf::util::MessageToJsonString(spec, &spec_json, print);
-      !st.ok()) {
+  int prepare_errno = 0;
+  if (auto st = google::protobuf::util::MessageToJsonString(spec, &spec_json, print); !st.ok()) {
     prepared = absl::InternalError(absl::StrCat("spec to JSON: ", std::string(st.message())));
   }
   std::error_code ec;
   if (prepared.ok()) {
-    std::filesystem::create_directories(
-        default_checkpoints ? paths.checkpoint_dir : paths.work_dir, ec);
-    if (ec) prepared = absl::InternalError(absl::StrCat("mkdir ", paths.work_dir, ": ",
-                                                        ec.message()));
+    const std::string dir = default_checkpoints ? paths.checkpoint_dir : paths.work_dir;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) {
+      prepare_errno = ec.value();
+      prepared = absl::InternalError(
+          absl::StrCat("mkdir ", dir, ": ", ec.message(), " (errno ", ec.value(), ")"));
+    }
   }
-  if (prepared.ok()) prepared = WriteFileAtomically(paths.spec_file, spec_json);
+  if (prepared.ok()) prepared = WriteFileAtomically(paths.spec_file, spec_json, &prepare_errno);
   if (!prepared.ok()) {
-    // The node's disk, not the job: worth retrying elsewhere.
+    // The node's disk, not the job: loomd re-places the gang elsewhere (without spending a
+    // restart) and, when the disk is full, marks this node unhealthy.
     LOOM_LOG(ERROR) << "supervisor: cannot prepare " << a.job() << ": " << prepared.message();
     FailAssignment(a, loom::v1::EXIT_CLASS_RETRYABLE,
-                   absl::StrCat("preparing the job directory: ", prepared.message()));
+                   absl::StrCat("preparing the job directory: ", prepared.message()),
+                   std::string(prepared.message()),
+                   prepare_errno == ENOSPC || prepare_errno == EDQUOT);
     return;
   }
 
@@ -464,8 +541,7 @@ void Supervisor::LaunchJob(loom::v1::Assignment a) {
       s.set_rank(rank->assignment.rank());
       s.set_phase(loom::v1::RANK_PHASE_EXITED);
       s.set_exit_code(permanent ? 127 : -1);
-      s.set_exit_class(permanent ? loom::v1::EXIT_CLASS_PERMANENT
-                                 : loom::v1::EXIT_CLASS_RETRYABLE);
+      s.set_exit_class(permanent ? loom::v1::EXIT_CLASS_PERMANENT : loom::v1::EXIT_CLASS_RETRYABLE);
       s.set_message(std::string(launched.status().message()));
       LOOM_LOG(WARNING) << "supervisor: " << as.job() << " rank " << rank->assignment.rank()
                         << " failed to start: " << launched.status().message();
@@ -509,10 +585,9 @@ void Supervisor::ReadPipe(Job& job, Rank& rank, int which, size_t budget) {
     const ssize_t n = ::read(rank.fds[which], buf, std::min(sizeof(buf), budget));
     if (n > 0) {
       budget -= static_cast<size_t>(n);
-      rank.splitters[which].Append(std::string_view(buf, static_cast<size_t>(n)),
-                                   [&](std::string line) {
-                                     OnLine(job, rank, which, std::move(line));
-                                   });
+      rank.splitters[which].Append(
+          std::string_view(buf, static_cast<size_t>(n)),
+          [&](std::string line) { OnLine(job, rank, which, std::move(line)); });
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -523,8 +598,7 @@ void Supervisor::ReadPipe(Job& job, Rank& rank, int which, size_t budget) {
 
 void Supervisor::ClosePipe(Job& job, Rank& rank, int which) {
   if (rank.fds[which] < 0) return;
-  rank.splitters[which].Flush(
-      [&](std::string line) { OnLine(job, rank, which, std::move(line)); });
+  rank.splitters[which].Flush([&](std::string line) { OnLine(job, rank, which, std::move(line)); });
   ::close(rank.fds[which]);
   rank.fds[which] = -1;
 }
@@ -555,12 +629,17 @@ void Supervisor::OnLine(Job& job, Rank& rank, int which, std::string line) {
     rank.last_stderr = line.substr(0, kMaxMessageTailBytes);
     rank.last_stderr = SanitizeUtf8(rank.last_stderr);  // the cut may split a character
   }
+  const bool dump_ended = which == kStderr && rank.dump.has_value() && rank.dump->OnLine(line);
   if (rank.batch[which].empty()) rank.batch_start[which] = absl::Now();
   rank.batch_bytes[which] += line.size();
   rank.batch[which].push_back(std::move(line));
   if (rank.batch[which].size() >= static_cast<size_t>(options_.log_batch_max_lines) ||
       rank.batch_bytes[which] >= options_.log_batch_max_bytes) {
     FlushLogs(job, rank, which);
+  }
+  if (dump_ended) {
+    FlushLogs(job, rank, which);  // the dump's lines go up before its answer
+    FinishDump(job, rank, /*answered=*/true);
   }
 }
 
@@ -593,6 +672,7 @@ void Supervisor::Reap(Job& job, Rank& rank) {
   if (rank.pidfd >= 0) ::close(rank.pidfd);
   rank.pidfd = -1;
   rank.alive = false;
+  FinishDump(job, rank, /*answered=*/false);
   running_ranks_.fetch_sub(1);
 
   const RankExit exit = ClassifyExit(status, rank.stop_reason, rank.last_stderr);
@@ -637,8 +717,8 @@ void Supervisor::EmitExit(loom::v1::RankStatus status) {
 void Supervisor::FinishJobs() {
   for (auto it = jobs_.begin(); it != jobs_.end();) {
     Job& job = *it->second;
-    const bool any_alive = std::any_of(job.ranks.begin(), job.ranks.end(),
-                                       [](const auto& r) { return r->alive; });
+    const bool any_alive =
+        std::any_of(job.ranks.begin(), job.ranks.end(), [](const auto& r) { return r->alive; });
     if (any_alive) {
       ++it;
       continue;
