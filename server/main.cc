@@ -6,6 +6,7 @@
 //         [--heartbeat-interval-ms=1000] [--node-timeout-ms=10000] [--start-fresh]
 //         [--progress-timeout-floor-ms=300000] [--progress-timeout-factor=20]
 //         [--startup-allowance-ms=900000] [--start-timeout-ms=300000]
+//         [--drain-requeue-delay-ms=10000]
 //         [--max-gpus-per-node=64] [--max-cpu-devices-per-node=1024]
 //
 // Exit status: 0 after a graceful stop (SIGTERM/SIGINT), 2 for bad flags, 1 when it cannot
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
   int64_t progress_floor_ms = 300'000;
   int64_t startup_allowance_ms = 900'000;
   int64_t start_timeout_ms = 300'000;
+  int64_t drain_requeue_delay_ms = 10'000;
   app.add_option("--listen", config.listen, "gRPC address HOST:PORT (port 0: any free port)")
       ->capture_default_str();
   app.add_option("--metrics-listen", config.metrics_listen,
@@ -76,6 +78,11 @@ int main(int argc, char** argv) {
                  "other nodes (0: off)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{86'400'000}));
+  app.add_option("--drain-requeue-delay-ms", drain_requeue_delay_ms,
+                 "A job moved off a draining node is placed again after this (its ranks get the "
+                 "worker's stop grace to checkpoint and exit first)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{3'600'000}));
   app.add_option("--max-gpus-per-node", config.device_limits.max_gpus,
                  "RegisterNode refuses a node with more GPUs")
       ->capture_default_str()
@@ -95,6 +102,7 @@ int main(int argc, char** argv) {
   config.progress_timeout_floor = absl::Milliseconds(progress_floor_ms);
   config.startup_allowance = absl::Milliseconds(startup_allowance_ms);
   config.start_timeout = absl::Milliseconds(start_timeout_ms);
+  config.drain_requeue_delay = absl::Milliseconds(drain_requeue_delay_ms);
 
   // Block the stop signals in every thread (threads inherit the mask), so that only
   // sigwait() below sees them and shutdown runs on the main thread, not in a handler.

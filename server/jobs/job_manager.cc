@@ -467,6 +467,8 @@ void JobManager::LaunchLocked(ActiveJob& active, const std::vector<v1::Placement
   active.counted_steps.clear();
   active.scheduled_at = now;
   active.last_progress = now;
+  active.last_checkpoint = absl::InfinitePast();
+  active.rank_progress.clear();
   active.stepped = false;
   active.hung_stop_at.reset();
   active.hung_reason.clear();

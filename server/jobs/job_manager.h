@@ -89,13 +89,14 @@ struct JobManagerOptions {
   absl::Duration reconcile_grace = absl::Seconds(3);
 
   // ---- Watchdogs (job_manager_watchdogs.cc) ----
-  // Progress: a RUNNING gang is hung when no rank reported progress (a step, or a checkpoint
-  // written) for max(progress_timeout_floor, progress_timeout_factor x the median step time of
-  // the generation), or, before its first step, for startup_allowance after it started (model
-  // set-up, data, rendezvous and checkpoint loading). A hung gang's workers are asked to dump
-  // every rank's stacks (DumpStacks); after stack_dump_grace, or once every rank answered, the
-  // gang stops and restarts as after a crash (a retryable failure) with the dumps summarised in
-  // the event and written in full to the job's logs. A zero floor turns the watchdog off.
+  // Progress: a RUNNING gang is hung when one of its ranks reported no progress (a step of its
+  // own, or a checkpoint written by any rank: the others wait for it) for
+  // max(progress_timeout_floor, progress_timeout_factor x the median step time of the generation),
+  // or, before its first step, for startup_allowance after it started (model set-up, data,
+  // rendezvous and checkpoint loading). A hung gang's workers are asked to dump every rank's stacks
+  // (DumpStacks); after stack_dump_grace, or once every rank answered, the gang stops and restarts
+  // as after a crash (a retryable failure) with the dumps summarised in the event and written in
+  // full to the job's logs. A zero floor turns the watchdog off.
   absl::Duration progress_timeout_floor = absl::Minutes(5);
   double progress_timeout_factor = 20;
   absl::Duration startup_allowance = absl::Minutes(15);
@@ -244,9 +245,11 @@ class JobManager {
     // counted twice.
     std::map<int, int64_t> counted_steps;
     // Watchdogs (memory only: after a loomd restart the clocks start afresh).
-    absl::Time scheduled_at;   // when the current generation was placed
-    absl::Time last_progress;  // RUNNING: the last step or checkpoint report, or the start
-    bool stepped = false;      // the current generation reported a step
+    absl::Time scheduled_at;     // when the current generation was placed
+    absl::Time last_progress;    // when the current generation started RUNNING
+    absl::Time last_checkpoint;  // the last checkpoint report of any rank (all ranks wait)
+    std::map<int, absl::Time> rank_progress;  // each rank's last step report
+    bool stepped = false;                     // the current generation reported a step
     // Set when the progress watchdog fired: the gang stops at this time (after the dumps).
     std::optional<absl::Time> hung_stop_at;
     std::string hung_reason;

@@ -73,10 +73,24 @@ void JobManager::CheckProgressLocked(absl::Time now) {
         }
       }
     }
-    const absl::Duration silent = now - active->last_progress;
+    // The most silent rank decides; a checkpoint being written speaks for every rank.
+    int silent_rank = 0;
+    absl::Time oldest = absl::InfiniteFuture();
+    for (int rank = 0; rank < active->world_size; ++rank) {
+      auto it = active->rank_progress.find(rank);
+      const absl::Time last =
+          std::max({active->last_progress, active->last_checkpoint,
+                    it == active->rank_progress.end() ? absl::InfinitePast() : it->second});
+      if (last < oldest) {
+        oldest = last;
+        silent_rank = rank;
+      }
+    }
+    const absl::Duration silent = now - oldest;
     if (silent <= timeout) continue;
     active->hung_reason =
-        absl::StrCat("no progress (step or checkpoint) for ", absl::FormatDuration(silent),
+        absl::StrCat(active->world_size > 1 ? absl::StrCat("rank ", silent_rank, ": ") : "",
+                     "no progress (step or checkpoint) for ", absl::FormatDuration(silent),
                      " (timeout ", absl::FormatDuration(timeout), ": ", basis, ")");
     active->hung_stop_at = now + options_.stack_dump_grace;
     active->dumps.clear();

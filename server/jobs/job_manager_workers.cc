@@ -346,8 +346,8 @@ void JobManager::HandleStepLocked(const std::string& node, const v1::StepReport&
   ActiveJob* active = CurrentGangLocked(node, report.job(), report.generation(), false);
   if (active == nullptr || !RankPlacedOn(active->job, node, report.rank())) return;
   active->missing_on.erase(node);
-  active->last_progress = clock_->Now();
   if (report.checkpoint()) {
+    active->last_checkpoint = clock_->Now();
     // Progress for the watchdog (a long checkpoint write is not a hang), nothing more.
     if (active->job.state() == v1::SCHEDULED) {
       active->running_ranks.insert(report.rank());
@@ -356,6 +356,7 @@ void JobManager::HandleStepLocked(const std::string& node, const v1::StepReport&
     return;
   }
   if (!report.has_val_loss()) active->stepped = true;
+  active->rank_progress[report.rank()] = clock_->Now();
   active->latest_steps[report.rank()] = report;
   if (!report.has_val_loss()) RecordRankTelemetry(*active, report);
   if (active->job.state() == v1::SCHEDULED) {

@@ -50,10 +50,11 @@ absl::Status CheckConfig(const LoomdConfig& config) {
   }
   if (config.progress_timeout_floor < absl::ZeroDuration() ||
       config.startup_allowance < absl::ZeroDuration() ||
-      config.start_timeout < absl::ZeroDuration()) {
+      config.start_timeout < absl::ZeroDuration() ||
+      config.drain_requeue_delay < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
-        "--progress-timeout-floor-ms, --startup-allowance-ms and --start-timeout-ms must be >= 0 "
-        "(0 turns that watchdog off)");
+        "--progress-timeout-floor-ms, --startup-allowance-ms, --start-timeout-ms and "
+        "--drain-requeue-delay-ms must be >= 0 (0 turns that watchdog off)");
   }
   if (!(config.progress_timeout_factor >= 1)) {
     return absl::InvalidArgumentError("--progress-timeout-factor must be >= 1, e.g. 20");
@@ -113,6 +114,7 @@ absl::StatusOr<std::unique_ptr<LoomdServer>> LoomdServer::Start(const LoomdConfi
   options.progress_timeout_factor = config.progress_timeout_factor;
   options.startup_allowance = config.startup_allowance;
   options.start_timeout = config.start_timeout;
+  options.drain_requeue_delay = config.drain_requeue_delay;
   options.device_limits = config.device_limits;
   options.quarantine_unknown_gangs = verdict.fresh_over_history;
   options.on_first_job = [state_dir = config.state_dir] {

@@ -47,6 +47,7 @@ struct LoomdConfig {
   double progress_timeout_factor = 20;
   absl::Duration startup_allowance = absl::Minutes(15);
   absl::Duration start_timeout = absl::Minutes(5);
+  absl::Duration drain_requeue_delay = absl::Seconds(10);
   nodes::DeviceLimits device_limits;
 };
 

@@ -295,7 +295,7 @@ Cluster::Cluster(ClusterOptions options) : options_(options) {
   const char* env_bin = std::getenv("LOOM_TEST_BIN_DIR");
   bin_dir_ = (env_bin != nullptr && env_bin[0] != '\0') ? env_bin : LOOM_TEST_BIN_DIR;
   test_rank_path_ = options_.rank_program.empty() ? ExeDir() + "/test_rank"
-                                                 : bin_dir_ + "/" + options_.rank_program;
+                                                  : bin_dir_ + "/" + options_.rank_program;
 }
 
 Cluster::~Cluster() { Shutdown(); }
@@ -351,13 +351,16 @@ absl::Status Cluster::WaitForReadyFile(Process& process, const std::string& path
 absl::Status Cluster::StartLoomd(int port) {
   const std::string n = std::to_string(++loomd_starts_);
   const std::string ready = absl::StrCat(dir_, "/loomd-", n, ".ready");
-  auto process =
-      Process::Start({bin_dir_ + "/loomd", absl::StrCat("--listen=127.0.0.1:", port),
-                      "--metrics-listen=127.0.0.1:0", absl::StrCat("--state-dir=", dir_, "/state"),
-                      absl::StrCat("--ready-file=", ready),
-                      absl::StrCat("--heartbeat-interval-ms=", options_.heartbeat_interval_ms),
-                      absl::StrCat("--node-timeout-ms=", options_.node_timeout_ms)},
-                     absl::StrCat(dir_, "/loomd-", n, ".log"));
+  std::vector<std::string> argv = {
+      bin_dir_ + "/loomd",
+      absl::StrCat("--listen=127.0.0.1:", port),
+      "--metrics-listen=127.0.0.1:0",
+      absl::StrCat("--state-dir=", dir_, "/state"),
+      absl::StrCat("--ready-file=", ready),
+      absl::StrCat("--heartbeat-interval-ms=", options_.heartbeat_interval_ms),
+      absl::StrCat("--node-timeout-ms=", options_.node_timeout_ms)};
+  argv.insert(argv.end(), options_.loomd_flags.begin(), options_.loomd_flags.end());
+  auto process = Process::Start(argv, absl::StrCat(dir_, "/loomd-", n, ".log"));
   if (!process.ok()) return process.status();
   loomd_ = *std::move(process);
   std::string address;

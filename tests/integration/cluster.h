@@ -87,6 +87,8 @@ struct ClusterOptions {
   // The workers' --rank-program: a binary name in the build's bin/ directory (e.g. "loom-train"),
   // or empty for test_rank next to the test binary.
   std::string rank_program;
+  // Extra loomd flags, e.g. {"--progress-timeout-floor-ms=2000"}.
+  std::vector<std::string> loomd_flags;
 };
 
 class Cluster {

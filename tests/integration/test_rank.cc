@@ -12,6 +12,9 @@
 //   TEST_RANK_CRASH_AT_STEP     ... after this step (default 1), once every rank has started
 //   TEST_RANK_IGNORE_TERM=1     ignore SIGTERM (the worker must escalate to SIGKILL)
 //
+// Like loom-train it answers SIGUSR1 (loomd's progress watchdog, through the worker) with a
+// stack dump on stderr between the contract's first and last lines.
+//
 // The .started file is JSON: the pid, the whole rank environment as seen, and
 // "previous_generation_alive": the pids of the previous generation's ranks that were still
 // running when this rank started (a restarted gang must find none). Files are written
@@ -126,9 +129,18 @@ void Crash(const std::string& mode, long rank) {
   BadConfig("TEST_RANK_CRASH_MODE='" + mode + "'; use signal, exit2 or exit3");
 }
 
+// The rank contract's stack dump, as loom-train writes it (async-signal-safe: write only).
+void OnSigusr1(int) {
+  static constexpr char kDump[] =
+      "loom-train: stack dump (SIGUSR1), test_rank\n#0 test_rank main loop\n"
+      "last collectives: all_reduce #0\nloom-train: end of stack dump\n";
+  (void)!write(STDERR_FILENO, kDump, sizeof(kDump) - 1);
+}
+
 }  // namespace
 
 int main() {
+  signal(SIGUSR1, OnSigusr1);
   const std::string out_dir = Env("TEST_RANK_OUT_DIR");
   if (out_dir.empty()) BadConfig("TEST_RANK_OUT_DIR is not set; put it in the job spec's env");
   for (const char* required : {"LOOM_JOB", "LOOM_JOB_GENERATION", "LOOM_RANK", "LOOM_WORLD_SIZE",

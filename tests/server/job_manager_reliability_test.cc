@@ -167,6 +167,31 @@ TEST_F(ReliabilityTest, AStoppedRankIsDetectedDumpedAndRestarted) {
   EXPECT_EQ(Cancels(sink->Take()).size(), 1u);
 }
 
+// A stopped rank in a larger job: the others may still report (or block in a collective); the
+// silent rank is found by itself, named, and the gang restarts well before any collective
+// timeout.
+TEST_F(ReliabilityTest, ASilentRankInALargerGangIsNamed) {
+  auto sink = Connect("n1", 2);
+  const std::string name = Create(CpuSpec(2, /*max_restarts=*/1));
+  for (int r = 0; r < 2; ++r) Send("n1", RankPhase(name, 1, r, v1::RANK_PHASE_RUNNING));
+  for (int s = 1; s <= 3; ++s) {
+    for (int r = 0; r < 2; ++r) {
+      v1::WorkerMessage m = TimedStep(name, 1, s, 0.5);
+      m.mutable_step()->set_rank(r);
+      Send("n1", m);
+    }
+  }
+  sink->Take();
+  for (int s = 4; s <= 14; ++s) {  // rank 0 goes on, rank 1 is silent
+    Tick(absl::Seconds(1));
+    Send("n1", TimedStep(name, 1, s, 0.5));
+  }
+  EXPECT_EQ(Dumps(*sink).size(), 1u);
+  Tick(absl::Seconds(3));
+  EXPECT_EQ(Get(name).state(), v1::RESTARTING);
+  EXPECT_THAT(LastReason(name), HasSubstr("rank 1: no progress (step or checkpoint) for 11s"));
+}
+
 // Before its first step a gang has the start-up allowance, not the floor; a worker that never
 // answers the dump request does not keep the gang alive past the grace.
 TEST_F(ReliabilityTest, BeforeTheFirstStepTheStartupAllowanceApplies) {
