@@ -386,14 +386,18 @@ absl::Status Cluster::StartWorker(int index) {
   const std::string name = absl::StrCat("worker-", index);
   const std::string ready = absl::StrCat(dir_, "/", name, ".ready");
   std::filesystem::remove(ready);
-  auto process = Process::Start(
-      {bin_dir_ + "/loom-worker", absl::StrCat("--coordinator=", loomd_address_),
-       "--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0", absl::StrCat("--name=", name),
-       absl::StrCat("--cpu-devices=", options_.cpu_devices_per_worker),
-       absl::StrCat("--work-dir=", dir_, "/work-", index), absl::StrCat("--ready-file=", ready),
-       absl::StrCat("--rank-program=", test_rank_path_),
-       absl::StrCat("--stop-grace-ms=", options_.stop_grace_ms)},
-      absl::StrCat(dir_, "/", name, ".log"));
+  std::vector<std::string> argv = {bin_dir_ + "/loom-worker",
+                                   absl::StrCat("--coordinator=", loomd_address_),
+                                   "--listen=127.0.0.1:0",
+                                   "--metrics-listen=127.0.0.1:0",
+                                   absl::StrCat("--name=", name),
+                                   absl::StrCat("--cpu-devices=", options_.cpu_devices_per_worker),
+                                   absl::StrCat("--work-dir=", dir_, "/work-", index),
+                                   absl::StrCat("--ready-file=", ready),
+                                   absl::StrCat("--rank-program=", test_rank_path_),
+                                   absl::StrCat("--stop-grace-ms=", options_.stop_grace_ms)};
+  argv.insert(argv.end(), options_.worker_flags.begin(), options_.worker_flags.end());
+  auto process = Process::Start(argv, absl::StrCat(dir_, "/", name, ".log"));
   if (!process.ok()) return process.status();
   if (static_cast<int>(workers_.size()) <= index) {
     workers_.resize(index + 1);

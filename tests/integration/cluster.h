@@ -89,6 +89,8 @@ struct ClusterOptions {
   std::string rank_program;
   // Extra loomd flags, e.g. {"--progress-timeout-floor-ms=2000"}.
   std::vector<std::string> loomd_flags;
+  // Extra loom-worker flags, e.g. {"--fence-timeout-ms=2000"}.
+  std::vector<std::string> worker_flags;
 };
 
 class Cluster {

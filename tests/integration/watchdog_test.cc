@@ -33,6 +33,7 @@ class WatchdogTest : public IntegrationTest {
     ClusterOptions options;
     options.loomd_flags = {"--progress-timeout-floor-ms=2000", "--progress-timeout-factor=5",
                            "--startup-allowance-ms=20000", "--drain-requeue-delay-ms=500"};
+    options.worker_flags = {"--fence-timeout-ms=2000"};
     return options;
   }
 };
@@ -97,6 +98,28 @@ TEST_F(WatchdogTest, AWorkerStoppedWithSigtermDrainsAndItsJobMoves) {
   EXPECT_NE(moved->placements(0).node(), node);
   EXPECT_THAT(Reasons(*moved), HasSubstr("is stopping (stopping on SIGTERM)"));
   EXPECT_THAT(Reasons(*moved), HasSubstr("not counted as a restart"));
+  cluster_->Loomctl({"cancel", *name});
+}
+
+// The issue: a frozen worker's rank kept training unsupervised. Now it stops itself within the
+// fence timeout while its worker is still stopped, and loomd restarts the gang elsewhere.
+TEST_F(WatchdogTest, TheRanksOfAFrozenWorkerFenceThemselves) {
+  const TestJob job{
+      .name = "fenced", .devices = 2, .steps = 2000, .step_ms = 50, .max_restarts = 1};
+  absl::StatusOr<std::string> name = Submit(job);
+  ASSERT_TRUE(name.ok()) << name.status();
+  ASSERT_TRUE(WaitForStarted(1, 2, absl::Seconds(20)));
+  absl::StatusOr<loom::v1::Job> running = cluster_->GetJob(*name);
+  ASSERT_TRUE(running.ok());
+  const int index = running->placements(0).node() == "nodes/worker-0" ? 0 : 1;
+  std::vector<pid_t> pids;
+  for (const StartedRank& r : Started(1)) pids.push_back(r.pid);
+  cluster_->worker(index).Signal(SIGSTOP);
+  EXPECT_TRUE(WaitForGone(pids, absl::Seconds(10))) << "the ranks outlived their frozen worker";
+  absl::StatusOr<loom::v1::Job> moved = cluster_->WaitForJob(
+      *name, [](const loom::v1::Job& j) { return j.generation() >= 2; }, absl::Seconds(20));
+  EXPECT_TRUE(moved.ok()) << moved.status();
+  cluster_->worker(index).Signal(SIGCONT);
   cluster_->Loomctl({"cancel", *name});
 }
 

@@ -138,7 +138,8 @@ TEST_F(SupervisorTest, EnvironmentIsExactlyTheContract) {
       got[line.substr(0, eq)] = line.substr(eq + 1);
     }
     got.erase("PWD");  // added by the shell itself
-    std::map<std::string, std::string> expected = BuildRankEnvironment(a, a.ranks(rank), paths);
+    std::map<std::string, std::string> expected =
+        BuildRankEnvironment(a, a.ranks(rank), paths, 30'000);
     expected["PATH"] = "/usr/bin:/bin";
     EXPECT_EQ(got, expected);
     EXPECT_EQ(got["LOOM_RANK"], absl::StrCat(rank));

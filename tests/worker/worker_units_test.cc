@@ -335,6 +335,8 @@ TEST(RankEnvironmentTest, HasExactlyTheContractVariablesPlusSpecEnv) {
       {"LOOM_CHECKPOINT_DIR", "/w/jobs/abc-1/checkpoints"},
       {"LOOM_WORK_DIR", "/w/jobs/abc-1"},
       {"LOOM_PROGRESS_FD", "3"},
+      {"LOOM_FENCE_FD", "5"},
+      {"LOOM_FENCE_TIMEOUT_MS", "30000"},
   };
   EXPECT_EQ(env, expected);
 }

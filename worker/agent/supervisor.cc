@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -116,6 +117,8 @@ struct Supervisor::Rank {
   int malformed_progress = 0;
   std::optional<loom::v1::RankStatus> final_status;
   std::optional<StackDumpCapture> dump;  // a stack dump asked for and not yet reported
+  int fence_fd = -1;                     // the worker's end of the rank's fence
+  absl::Time next_fence;                 // when the next byte goes on it
 };
 
 struct Supervisor::Job {
@@ -274,6 +277,7 @@ void Supervisor::Loop() {
           wake_at = std::min(wake_at, rank->kill_deadline);
         }
         if (rank->dump.has_value()) wake_at = std::min(wake_at, rank->dump->deadline);
+        if (rank->fence_fd >= 0) wake_at = std::min(wake_at, rank->next_fence);
       }
     }
     const int timeout_ms = static_cast<int>(
@@ -328,6 +332,12 @@ void Supervisor::Loop() {
         }
         if (rank->dump.has_value() && after >= rank->dump->deadline) {
           FinishDump(*job, *rank, /*answered=*/false);
+        }
+        if (rank->fence_fd >= 0 && after >= rank->next_fence) {
+          // "The worker lives." A full buffer (a rank that does not read it) or a gone rank is
+          // fine: only silence matters to the rank.
+          (void)::send(rank->fence_fd, "\n", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+          rank->next_fence = after + options_.fence_interval;
         }
       }
     }
@@ -530,7 +540,10 @@ void Supervisor::LaunchJob(loom::v1::Assignment a) {
     request.program = options_.rank_program;
     request.args = options_.rank_args;
     request.env = options_.inherited_env;
-    for (auto& [k, v] : BuildRankEnvironment(as, rank->assignment, paths)) request.env[k] = v;
+    for (auto& [k, v] : BuildRankEnvironment(as, rank->assignment, paths,
+                                             absl::ToInt64Milliseconds(options_.fence_timeout))) {
+      request.env[k] = v;
+    }
     request.cwd = paths.work_dir;
     absl::StatusOr<LaunchedProcess> launched = Launch(request);
     if (!launched.ok()) {
@@ -553,6 +566,8 @@ void Supervisor::LaunchJob(loom::v1::Assignment a) {
     }
     rank->pid = launched->pid;
     rank->fds = {launched->stdout_fd, launched->stderr_fd, launched->progress_fd};
+    rank->fence_fd = launched->fence_fd;
+    rank->next_fence = absl::Now();
     rank->pidfd = PidfdOpen(rank->pid);  // -1 (ENOSYS...) falls back to waitid polling
     if (rank->pidfd >= 0) ::fcntl(rank->pidfd, F_SETFD, FD_CLOEXEC);
     rank->alive = true;
@@ -671,6 +686,8 @@ void Supervisor::Reap(Job& job, Rank& rank) {
   FlushLogs(job, rank, kStderr);
   if (rank.pidfd >= 0) ::close(rank.pidfd);
   rank.pidfd = -1;
+  if (rank.fence_fd >= 0) ::close(rank.fence_fd);
+  rank.fence_fd = -1;
   rank.alive = false;
   FinishDump(job, rank, /*answered=*/false);
   running_ranks_.fetch_sub(1);

@@ -62,6 +62,10 @@ struct SupervisorOptions {
   int log_batch_max_lines = 256;
   size_t log_batch_max_bytes = 256 * 1024;
   absl::Duration log_flush_interval = absl::Milliseconds(200);
+  // Self-fencing (launcher.h): a byte on each rank's fence every fence_interval; a rank that
+  // hears nothing for fence_timeout (LOOM_FENCE_TIMEOUT_MS) stops itself.
+  absl::Duration fence_interval = absl::Seconds(1);
+  absl::Duration fence_timeout = absl::Seconds(30);
   // How long a rank has to write its stack dump after SIGUSR1.
   absl::Duration stack_dump_wait = absl::Milliseconds(1500);
   // How many finished (job, generation) outcomes are remembered for idempotent re-assignment.

@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
   std::string work_dir, ready_file, rank_program;
   int cpu_devices = -1;
   int64_t stop_grace_ms = 10000;
+  int64_t fence_timeout_ms = 30000;
   app.add_option("--coordinator", coordinator, "loomd's address, HOST:PORT")->required();
   app.add_option("--listen", listen, "This worker's gRPC address (health, reflection)")
       ->capture_default_str();
@@ -83,6 +84,11 @@ int main(int argc, char** argv) {
   app.add_option("--stop-grace-ms", stop_grace_ms, "SIGTERM, then SIGKILL after this")
       ->check(CLI::Range(int64_t{0}, int64_t{3600000}))
       ->capture_default_str();
+  app.add_option("--fence-timeout-ms", fence_timeout_ms,
+                 "A rank that hears nothing from this worker for this long (the worker is frozen "
+                 "or gone) stops itself")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{2000}, int64_t{86'400'000}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -178,6 +184,7 @@ int main(int argc, char** argv) {
   sup.work_dir = work_path.string();
   sup.rank_program = rank_program;
   sup.stop_grace = absl::Milliseconds(stop_grace_ms);
+  sup.fence_timeout = absl::Milliseconds(fence_timeout_ms);
   sup.devices = devices;
   std::vector<std::string> environ_entries;
   for (char** e = environ; *e != nullptr; ++e) environ_entries.emplace_back(*e);

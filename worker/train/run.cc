@@ -25,6 +25,7 @@
 #include "worker/train/config/rank_env.h"
 #include "worker/train/data/dataset.h"
 #include "worker/train/device/caching_allocator.h"
+#include "worker/train/diag/fence.h"
 #include "worker/train/error.h"
 #include "worker/train/progress.h"
 #include "worker/train/trainer.h"
@@ -341,6 +342,8 @@ int Run(const std::vector<std::string>& args, const std::function<const char*(co
     return kExitOk;
   }
   RankEnv env = ReadRankEnv(getenv);
+  // Under loom-worker: stop if the worker freezes or goes (diag/fence.h).
+  StartFenceWatchFromEnv(getenv);
   JobConfig config = LoadConfig(flags, env);
   BatchShape shape = ResolveBatchShape(config, env);
   std::string checkpoint_dir = !flags.checkpoint_dir.empty() ? flags.checkpoint_dir
