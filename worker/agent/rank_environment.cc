@@ -7,9 +7,10 @@
 namespace loom::worker {
 
 std::string FormatLayout(const loom::v1::Layout &l) {
-  std::string out =
-      absl::StrCat("data=", l.data(), ",tensor=", l.tensor(), ",pipeline=", l.pipeline(),
-                   ",micro_batch=", l.micro_batch(), ",num_micro_batches=", l.num_micro_batches());
+  std::string out = absl::StrCat("data=", l.data(), ",tensor=", l.tensor(),
+                                 ",pipeline=", l.pipeline(),
+                                 ",micro_batch=", l.micro_batch(),
+                                 ",num_micro_batches=", l.num_micro_batches());
   // The optional keys only when set, so the line stays short for plain data parallelism.
   if (l.blocks_per_stage_size() > 0) {
     absl::StrAppend(&out, ",blocks=", absl::StrJoin(l.blocks_per_stage(), "/"));
@@ -24,8 +25,10 @@ std::map<std::string, std::string> BuildRankEnvironment(const loom::v1::Assignme
                                                         const RankPaths &paths,
                                                         int64_t fence_timeout_ms) {
   std::map<std::string, std::string> env;
-  for (const auto &[name, value] : a.spec().env()) env[name] = value;
-  const char *kind = rank.device_kind() == loom::v1::DEVICE_KIND_GPU ? "cuda" : "cpu";
+  for (const auto &[name, value] : a.spec().env())
+    env[name] = value;
+  const char *kind =
+      rank.device_kind() == loom::v1::DEVICE_KIND_GPU ? "cuda" : "cpu";
   env["LOOM_JOB"] = a.job();
   env["LOOM_JOB_GENERATION"] = absl::StrCat(a.generation());
   env["LOOM_RANK"] = absl::StrCat(rank.rank());
@@ -46,18 +49,22 @@ std::map<std::string, std::string> BuildRankEnvironment(const loom::v1::Assignme
   return env;
 }
 
-std::map<std::string, std::string> InheritedEnvironment(
-    const std::vector<std::string> &environ_entries, const std::vector<std::string> &inherit) {
+std::map<std::string, std::string>
+InheritedEnvironment(const std::vector<std::string> &environ_entries,
+                     const std::vector<std::string> &inherit) {
   std::map<std::string, std::string> out;
   for (const std::string &entry : environ_entries) {
     const size_t eq = entry.find('=');
-    if (eq == std::string::npos || eq == 0) continue;
+    if (eq == std::string::npos || eq == 0)
+      continue;
     const std::string name = entry.substr(0, eq);
-    if (absl::StartsWith(name, "LOOM_")) continue;  // never leak the worker's own LOOM_ vars
+    if (absl::StartsWith(name, "LOOM_"))
+      continue; // never leak the worker's own LOOM_ vars
     for (const std::string &pattern : inherit) {
-      const bool match = absl::EndsWith(pattern, "*")
-                             ? absl::StartsWith(name, pattern.substr(0, pattern.size() - 1))
-                             : name == pattern;
+      const bool match =
+          absl::EndsWith(pattern, "*")
+              ? absl::StartsWith(name, pattern.substr(0, pattern.size() - 1))
+              : name == pattern;
       if (match) {
         out[name] = entry.substr(eq + 1);
         break;
@@ -68,10 +75,10 @@ std::map<std::string, std::string> InheritedEnvironment(
 }
 
 std::vector<std::string> DefaultInheritedEnvironment() {
-  return {"PATH",   "HOME",       "USER",          "LANG",
-          "LC_ALL", "TZ",         "TMPDIR",        "LD_LIBRARY_PATH",
-          "CUDA_*", "NCCL_*",     "NVIDIA_*",      "GLOO_*",
+  return {"PATH",   "HOME",      "USER",     "LANG",
+          "LC_ALL", "TZ",        "TMPDIR",   "LD_LIBRARY_PATH",
+          "CUDA_*", "NCCL_*",    "NVIDIA_*", "GLOO_*",
           "OMP_*",  "OPENBLAS_*", "LOOM_COMM_HOST"};
 }
 
-}  // namespace loom::worker
+} // namespace loom::worker

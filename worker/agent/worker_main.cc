@@ -7,21 +7,23 @@
 // rank is stopped (SIGTERM, SIGKILL after --stop-grace-ms) after loomd is told the node drains
 // (WorkerDraining: its gangs are re-queued without spending restarts), the exits are sent to loomd
 // if it is reachable within a few seconds, and the worker exits 0. If the worker itself is
-// SIGKILLed, the ranks die with it through PR_SET_PDEATHSIG.
+// SIGKILLed, the ranks die with it through PR_SET_PDEATHSIG; if it freezes, they stop themselves
+// through the fence (--fence-timeout-ms, docs/rank-contract.md).
 #include <fcntl.h>
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <CLI/CLI.hpp>
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -100,9 +102,9 @@ int main(int argc, char** argv) {
   absl::StatusOr<HostPort> coordinator_hp = ParseHostPort(coordinator);
   absl::StatusOr<HostPort> listen_hp = ParseHostPort(listen);
   if (!coordinator_hp.ok() || !listen_hp.ok() || !ParseHostPort(metrics_listen).ok()) {
-    for (auto [flag, value] :
-         {std::pair{"--coordinator", &coordinator}, std::pair{"--listen", &listen},
-          std::pair{"--metrics-listen", &metrics_listen}}) {
+    for (auto [flag, value] : {std::pair{"--coordinator", &coordinator},
+                               std::pair{"--listen", &listen},
+                               std::pair{"--metrics-listen", &metrics_listen}}) {
       if (auto hp = ParseHostPort(*value); !hp.ok()) {
         std::cerr << "loom-worker: " << flag << ": " << hp.status().message() << "\n";
       }
@@ -217,14 +219,14 @@ int main(int argc, char** argv) {
     supervisor.DumpStacks(d.job(), d.generation());
   };
   SessionClient session(std::move(session_options), &buffer, std::move(callbacks));
-  NodeMetrics node_metrics(
-      &registry, devices,
-      {[&supervisor] { return supervisor.stats(); }, [&session] { return session.connected(); }});
+  NodeMetrics node_metrics(&registry, devices,
+                           {[&supervisor] { return supervisor.stats(); },
+                            [&session] { return session.connected(); }});
   session.Start();
-  LOOM_LOG(INFO) << "loom-worker nodes/" << name << ": " << gpu_count << " GPU(s), " << cpu_devices
-                 << " CPU device(s); grpc " << grpc_address << ", metrics " << metrics_address
-                 << ", work dir " << work_path.string() << ", rank program " << rank_program
-                 << ", coordinator " << coordinator;
+  LOOM_LOG(INFO) << "loom-worker nodes/" << name << ": " << gpu_count << " GPU(s), "
+                 << cpu_devices << " CPU device(s); grpc " << grpc_address << ", metrics "
+                 << metrics_address << ", work dir " << work_path.string() << ", rank program "
+                 << rank_program << ", coordinator " << coordinator;
 
   bool ready_written = false;
   int received = 0;

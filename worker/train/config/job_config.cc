@@ -121,35 +121,35 @@ JobConfig JobConfigFromValue(const Value& spec, const std::string& source) {
   JobConfig c;
   ModelDims explicit_dims;
 
-  r.ForEach(
-      spec, "",
-      {"name", "model", "data", "train", "resources", "parallelism", "checkpoint", "restart",
-       "priority", "env"},
-      [&](const std::string& key, const Value& v, const std::string& field) {
-        if (key == "name") {
-          c.name = r.String(v, field);
-        } else if (key == "priority") {
-          if (v.kind != Value::Kind::kNull) c.priority = r.Int32(v, field);
-        } else if (key == "model") {
-          r.ForEach(v, field, {"preset", "layers", "hidden", "heads", "seq_len", "vocab"},
-                    [&](const std::string& k, const Value& x, const std::string& f) {
-                      if (x.kind == Value::Kind::kNull) return;
-                      if (k == "preset") c.preset = r.String(x, f);
-                      if (k == "layers") explicit_dims.layers = r.Int32(x, f);
-                      if (k == "hidden") explicit_dims.channels = r.Int32(x, f);
-                      if (k == "heads") explicit_dims.heads = r.Int32(x, f);
-                      if (k == "seq_len") explicit_dims.max_seq_len = r.Int32(x, f);
-                      if (k == "vocab") explicit_dims.vocab = r.Int32(x, f);
-                    });
-        } else if (key == "data") {
-          r.ForEach(v, field, {"path", "builtin", "val_path"},
-                    [&](const std::string& k, const Value& x, const std::string& f) {
-                      if (k == "path") c.data_path = r.String(x, f);
-                      if (k == "builtin") c.data_builtin = r.String(x, f);
-                      if (k == "val_path") c.val_path = r.String(x, f);
-                    });
-        } else if (key == "train") {
-          r.ForEach(v, field,
+  r.ForEach(spec, "",
+            {"name", "model", "data", "train", "resources", "parallelism", "checkpoint", "restart",
+             "priority", "env"},
+            [&](const std::string& key, const Value& v, const std::string& field) {
+              if (key == "name") {
+                c.name = r.String(v, field);
+              } else if (key == "priority") {
+                if (v.kind != Value::Kind::kNull) c.priority = r.Int32(v, field);
+              } else if (key == "model") {
+                r.ForEach(v, field, {"preset", "layers", "hidden", "heads", "seq_len", "vocab"},
+                          [&](const std::string& k, const Value& x, const std::string& f) {
+                            if (x.kind == Value::Kind::kNull) return;
+                            if (k == "preset") c.preset = r.String(x, f);
+                            if (k == "layers") explicit_dims.layers = r.Int32(x, f);
+                            if (k == "hidden") explicit_dims.channels = r.Int32(x, f);
+                            if (k == "heads") explicit_dims.heads = r.Int32(x, f);
+                            if (k == "seq_len") explicit_dims.max_seq_len = r.Int32(x, f);
+                            if (k == "vocab") explicit_dims.vocab = r.Int32(x, f);
+                          });
+              } else if (key == "data") {
+                r.ForEach(v, field, {"path", "builtin", "val_path"},
+                          [&](const std::string& k, const Value& x, const std::string& f) {
+                            if (k == "path") c.data_path = r.String(x, f);
+                            if (k == "builtin") c.data_builtin = r.String(x, f);
+                            if (k == "val_path") c.val_path = r.String(x, f);
+                          });
+              } else if (key == "train") {
+                r.ForEach(
+                    v, field,
                     {"steps", "global_batch_tokens", "lr", "precision", "seed", "warmup_steps",
                      "min_lr_ratio", "weight_decay", "grad_clip", "eval_every", "seq_len"},
                     [&](const std::string& k, const Value& x, const std::string& f) {
@@ -172,88 +172,89 @@ JobConfig JobConfigFromValue(const Value& spec, const std::string& source) {
                       if (k == "eval_every") c.eval_every = r.Int(x, f);
                       if (k == "seq_len") c.seq_len = r.Int32(x, f);
                     });
-        } else if (key == "resources") {
-          r.ForEach(v, field, {"gpus", "cpu_devices"},
-                    [&](const std::string& k, const Value& x, const std::string& f) {
-                      if (x.kind == Value::Kind::kNull) return;
-                      int n = r.Int32(x, f);
-                      if (n < 0) r.Fail(f, "expected >= 0, got " + std::to_string(n));
-                      (k == "gpus" ? c.gpus : c.cpu_devices) = n;
-                    });
-        } else if (key == "parallelism") {
-          r.ForEach(v, field,
-                    {"auto", "data", "tensor", "pipeline", "micro_batch", "schedule", "zero1",
-                     "blocks_per_stage"},
-                    [&](const std::string& k, const Value& x, const std::string& f) {
-                      if (x.kind == Value::Kind::kNull) return;
-                      if (k == "auto") {
-                        r.ForEach(x, f, {}, [](auto&&...) {});  // must be {}
-                        c.parallelism_auto = true;
-                        return;
-                      }
-                      // The layout's details: under loom-worker they arrive again in
-                      // LOOM_LAYOUT, which decides; here they are only checked.
-                      if (k == "schedule") {
-                        c.schedule = r.String(x, f);
-                        if (!c.schedule.empty() && c.schedule != "1f1b" && c.schedule != "gpipe") {
-                          r.Fail(f, "expected 1f1b or gpipe, got \"" + c.schedule + "\"");
-                        }
-                        return;
-                      }
-                      if (k == "zero1") {
-                        if (x.kind != Value::Kind::kBool) {
-                          r.Fail(f, "expected true or false");
-                        } else {
-                          c.zero1 = x.text == "true";
-                        }
-                        return;
-                      }
-                      if (k == "blocks_per_stage") {
-                        if (x.kind != Value::Kind::kArray) {
-                          r.Fail(f, "expected a list of block counts, e.g. [2, 2]");
-                          return;
-                        }
-                        c.blocks_per_stage.clear();
-                        for (const Value& item : x.items) {
-                          int b = r.Int32(item, f);
-                          if (b < 1) r.Fail(f, "every stage needs >= 1 block");
-                          c.blocks_per_stage.push_back(b);
-                        }
-                        return;
-                      }
-                      int n = r.Int32(x, f);
-                      if (n < 0) r.Fail(f, "expected >= 0, got " + std::to_string(n));
-                      if (k == "data") c.parallel_data = n;
-                      if (k == "tensor") c.parallel_tensor = n;
-                      if (k == "pipeline") c.parallel_pipeline = n;
-                      if (k == "micro_batch") c.micro_batch = n;
-                    });
-        } else if (key == "checkpoint") {
-          r.ForEach(v, field, {"every_steps", "dir", "keep"},
-                    [&](const std::string& k, const Value& x, const std::string& f) {
-                      if (x.kind == Value::Kind::kNull) return;
-                      if (k == "every_steps") c.checkpoint_every = r.Int(x, f);
-                      if (k == "dir") c.checkpoint_dir = r.String(x, f);
-                      if (k == "keep") c.checkpoint_keep = r.Int(x, f);
-                    });
-        } else if (key == "restart") {
-          r.ForEach(v, field, {"max_restarts", "backoff_seconds"},
-                    [&](const std::string& k, const Value& x, const std::string& f) {
-                      if (x.kind == Value::Kind::kNull) return;
-                      if (k == "max_restarts") c.max_restarts = r.Int32(x, f);
-                      if (k == "backoff_seconds") c.backoff_seconds = r.Double(x, f);
-                    });
-        } else if (key == "env") {
-          if (v.kind == Value::Kind::kNull) return;
-          if (v.kind != Value::Kind::kObject) {
-            r.Fail(field, std::string("expected an object, got a ") + KindName(v.kind));
-          }
-          // Environment names are kept verbatim (no snake_case folding).
-          for (const auto& [name, val] : v.members) {
-            c.env[name] = r.String(val, field + "." + name);
-          }
-        }
-      });
+              } else if (key == "resources") {
+                r.ForEach(v, field, {"gpus", "cpu_devices"},
+                          [&](const std::string& k, const Value& x, const std::string& f) {
+                            if (x.kind == Value::Kind::kNull) return;
+                            int n = r.Int32(x, f);
+                            if (n < 0) r.Fail(f, "expected >= 0, got " + std::to_string(n));
+                            (k == "gpus" ? c.gpus : c.cpu_devices) = n;
+                          });
+              } else if (key == "parallelism") {
+                r.ForEach(v, field,
+                          {"auto", "data", "tensor", "pipeline", "micro_batch", "schedule",
+                           "zero1", "blocks_per_stage"},
+                          [&](const std::string& k, const Value& x, const std::string& f) {
+                            if (x.kind == Value::Kind::kNull) return;
+                            if (k == "auto") {
+                              r.ForEach(x, f, {}, [](auto&&...) {});  // must be {}
+                              c.parallelism_auto = true;
+                              return;
+                            }
+                            // The layout's details: under loom-worker they arrive again in
+                            // LOOM_LAYOUT, which decides; here they are only checked.
+                            if (k == "schedule") {
+                              c.schedule = r.String(x, f);
+                              if (!c.schedule.empty() && c.schedule != "1f1b" &&
+                                  c.schedule != "gpipe") {
+                                r.Fail(f, "expected 1f1b or gpipe, got \"" + c.schedule + "\"");
+                              }
+                              return;
+                            }
+                            if (k == "zero1") {
+                              if (x.kind != Value::Kind::kBool) {
+                                r.Fail(f, "expected true or false");
+                              } else {
+                                c.zero1 = x.text == "true";
+                              }
+                              return;
+                            }
+                            if (k == "blocks_per_stage") {
+                              if (x.kind != Value::Kind::kArray) {
+                                r.Fail(f, "expected a list of block counts, e.g. [2, 2]");
+                                return;
+                              }
+                              c.blocks_per_stage.clear();
+                              for (const Value& item : x.items) {
+                                int b = r.Int32(item, f);
+                                if (b < 1) r.Fail(f, "every stage needs >= 1 block");
+                                c.blocks_per_stage.push_back(b);
+                              }
+                              return;
+                            }
+                            int n = r.Int32(x, f);
+                            if (n < 0) r.Fail(f, "expected >= 0, got " + std::to_string(n));
+                            if (k == "data") c.parallel_data = n;
+                            if (k == "tensor") c.parallel_tensor = n;
+                            if (k == "pipeline") c.parallel_pipeline = n;
+                            if (k == "micro_batch") c.micro_batch = n;
+                          });
+              } else if (key == "checkpoint") {
+                r.ForEach(v, field, {"every_steps", "dir", "keep"},
+                          [&](const std::string& k, const Value& x, const std::string& f) {
+                            if (x.kind == Value::Kind::kNull) return;
+                            if (k == "every_steps") c.checkpoint_every = r.Int(x, f);
+                            if (k == "dir") c.checkpoint_dir = r.String(x, f);
+                            if (k == "keep") c.checkpoint_keep = r.Int(x, f);
+                          });
+              } else if (key == "restart") {
+                r.ForEach(v, field, {"max_restarts", "backoff_seconds"},
+                          [&](const std::string& k, const Value& x, const std::string& f) {
+                            if (x.kind == Value::Kind::kNull) return;
+                            if (k == "max_restarts") c.max_restarts = r.Int32(x, f);
+                            if (k == "backoff_seconds") c.backoff_seconds = r.Double(x, f);
+                          });
+              } else if (key == "env") {
+                if (v.kind == Value::Kind::kNull) return;
+                if (v.kind != Value::Kind::kObject) {
+                  r.Fail(field, std::string("expected an object, got a ") + KindName(v.kind));
+                }
+                // Environment names are kept verbatim (no snake_case folding).
+                for (const auto& [name, val] : v.members) {
+                  c.env[name] = r.String(val, field + "." + name);
+                }
+              }
+            });
 
   // Model: a preset (explicit dimensions override single fields) or all five dimensions.
   const std::string f = source + ": ";
