@@ -191,13 +191,13 @@ TEST(JobStateMachineTest, RetryableFailureRestartsWhileRestartsRemain) {
 // A drain or a start timeout re-queues the gang without spending a restart, even when none is
 // left.
 TEST(JobStateMachineTest, AFreeRestartNeitherSpendsNorNeedsARestart) {
-  v1::Job job = JobIn(v1::RUNNING);
-  job.mutable_spec()->mutable_restart()->set_max_restarts(0);
+  v1::Job job = JobIn(v1::RUNNING);  // restart_count 1
+  job.mutable_spec()->mutable_restart()->set_max_restarts(1);
   auto charged = Transition(job, v1::RESTARTING, "rank crashed", T(1));
   EXPECT_EQ(charged.status().code(), absl::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(Transition(job, v1::RESTARTING, "node draining", T(2), RestartCharge::kFree).ok());
   EXPECT_EQ(job.state(), v1::RESTARTING);
-  EXPECT_EQ(job.restart_count(), 0);
+  EXPECT_EQ(job.restart_count(), 1) << "not spent";
 }
 
 TEST(JobStateMachineTest, BackoffDoublesAndIsCapped) {
