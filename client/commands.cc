@@ -265,4 +265,47 @@ int RunNodes(CommandContext& ctx) {
   return kExitOk;
 }
 
+namespace {
+
+// "gpu-1" and "nodes/gpu-1" name the same node; loomd checks the id.
+std::string NodeName(const std::string& arg) {
+  return arg.rfind("nodes/", 0) == 0 ? arg : absl::StrCat("nodes/", arg);
+}
+
+}  // namespace
+
+int RunDrainNode(CommandContext& ctx, const DrainArgs& args) {
+  grpc::ClientContext context;
+  ctx.connection->PrepareUnary(&context);
+  loom::v1::DrainNodeRequest request;
+  request.set_name(NodeName(args.node));
+  request.set_move_jobs(args.move_jobs);
+  request.set_stop_quarantined(args.stop_quarantined);
+  request.set_drain(!args.undo);
+  loom::v1::Node node;
+  const absl::Status s =
+      FromGrpcStatus(ctx.connection->nodes().DrainNode(&context, request, &node));
+  if (!s.ok()) return Fail(ctx, s);
+  if (ctx.format == OutputFormat::kTable) {
+    *ctx.out << FormatNodeTable({node}, ctx.now()) << std::flush;
+  } else {
+    *ctx.out << RenderMessage(node, ctx.format) << std::flush;
+  }
+  return kExitOk;
+}
+
+int RunDeleteNode(CommandContext& ctx, const std::string& node, bool force) {
+  grpc::ClientContext context;
+  ctx.connection->PrepareUnary(&context);
+  loom::v1::DeleteNodeRequest request;
+  request.set_name(NodeName(node));
+  request.set_force(force);
+  loom::v1::DeleteNodeResponse response;
+  const absl::Status s =
+      FromGrpcStatus(ctx.connection->nodes().DeleteNode(&context, request, &response));
+  if (!s.ok()) return Fail(ctx, s);
+  if (ctx.format == OutputFormat::kTable) *ctx.out << request.name() << " deleted" << std::endl;
+  return kExitOk;
+}
+
 }  // namespace loom::client

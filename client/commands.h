@@ -61,6 +61,18 @@ int RunLogs(CommandContext& ctx, const LogsArgs& args);
 int RunCancel(CommandContext& ctx, const std::string& job);
 int RunNodes(CommandContext& ctx);
 
+struct DrainArgs {
+  std::string node;               // gpu-1 or nodes/gpu-1
+  bool move_jobs = false;         // also move its running gangs (no restart spent)
+  bool stop_quarantined = false;  // stop the gangs quarantined there after a fresh start
+  bool undo = false;              // undrain: the node takes work again
+};
+// Admin: no new work on the node (DrainNode).
+int RunDrainNode(CommandContext& ctx, const DrainArgs& args);
+// Admin: removes the node from loomd (DeleteNode); refused while it is READY or runs work
+// unless `force`.
+int RunDeleteNode(CommandContext& ctx, const std::string& node, bool force);
+
 // "running", "RUNNING" -> RUNNING. INVALID_ARGUMENT listing the states otherwise.
 absl::StatusOr<loom::v1::JobState> ParseJobState(const std::string& text);
 

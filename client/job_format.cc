@@ -179,11 +179,11 @@ std::string FormatJobDetails(const Job& job, absl::Time now) {
   if (job.has_plan()) {
     // The planner's prediction for an `auto` job, to compare with the progress below.
     const loom::v1::Plan& plan = job.plan();
-    kv.push_back({"Predicted:", absl::StrFormat("%.3f s/step, %.0f tokens/s, MFU %.1f%%, peak "
-                                                "%.2f GiB per device",
-                                                plan.step_seconds(), plan.tokens_per_second(),
-                                                plan.mfu() * 100,
-                                                plan.memory().total() / (1024.0 * 1024 * 1024))});
+    kv.push_back({"Predicted:",
+                  absl::StrFormat("%.3f s/step, %.0f tokens/s, MFU %.1f%%, peak "
+                                  "%.2f GiB per device",
+                                  plan.step_seconds(), plan.tokens_per_second(), plan.mfu() * 100,
+                                  plan.memory().total() / (1024.0 * 1024 * 1024))});
     if (job.has_plan_check() && job.plan_check().measured_steps() > 0) {
       // Measured beside predicted: the median of rank 0's recent steps, warmup excluded.
       const loom::v1::PlanCheck& check = job.plan_check();
@@ -259,12 +259,19 @@ std::string FormatNodeTable(const std::vector<loom::v1::Node>& nodes, absl::Time
     }
     std::vector<std::string> parts;
     for (const auto& [kind, n] : kinds) parts.push_back(absl::StrCat(n, " ", kind));
-    rows.push_back(
-        {node.name(), NodeStateName(node.state()), parts.empty() ? "-" : absl::StrJoin(parts, ", "),
-         absl::StrCat(node.allocated_devices_size(), "/", node.devices_size()),
-         node.address().empty() ? "-" : node.address(),
-         IsSet(node.last_heartbeat()) ? absl::StrCat(FormatAge(node.last_heartbeat(), now), " ago")
-                                      : "-"});
+    // READY alone means schedulable; what keeps work off a READY node is said beside it.
+    std::string state = NodeStateName(node.state());
+    if (node.draining()) absl::StrAppend(&state, ",draining");
+    if (!node.unhealthy_reason().empty()) absl::StrAppend(&state, ",unhealthy");
+    if (node.quarantined_size() > 0) {
+      absl::StrAppend(&state, ",quarantined:", node.quarantined_size());
+    }
+    rows.push_back({node.name(), state, parts.empty() ? "-" : absl::StrJoin(parts, ", "),
+                    absl::StrCat(node.allocated_devices_size(), "/", node.devices_size()),
+                    node.address().empty() ? "-" : node.address(),
+                    IsSet(node.last_heartbeat())
+                        ? absl::StrCat(FormatAge(node.last_heartbeat(), now), " ago")
+                        : "-"});
   }
   return Columns(rows);
 }

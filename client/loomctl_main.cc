@@ -53,8 +53,8 @@ int main(int argc, char** argv) {
                      "Idempotency key (default: a fresh random id)");
 
   PlanArgs plan_args;
-  CLI::App* plan = app.add_subcommand(
-      "plan", "Rank parallel layouts for a job spec (offline with --cluster)");
+  CLI::App* plan =
+      app.add_subcommand("plan", "Rank parallel layouts for a job spec (offline with --cluster)");
   plan->add_option("-f,--file", plan_args.file, "Job spec YAML ('-' for stdin)")->required();
   plan->add_option("--cluster", plan_args.cluster,
                    "Cluster file (nodes, gpus_per_node, gpu, bandwidths): plan offline, "
@@ -86,7 +86,25 @@ int main(int argc, char** argv) {
   CLI::App* cancel = app.add_subcommand("cancel", "Cancel a job (its ranks are stopped)");
   cancel->add_option("JOB", job, "abc or jobs/abc")->required();
 
-  CLI::App* nodes = app.add_subcommand("nodes", "List the worker nodes");
+  CLI::App* nodes = app.add_subcommand("nodes", "List the worker nodes (or drain/delete one)");
+  nodes->require_subcommand(0, 1);
+  CLI::App* nodes_list = nodes->add_subcommand("list", "List the worker nodes (the default)");
+  DrainArgs drain_args;
+  CLI::App* drain = nodes->add_subcommand(
+      "drain", "Admin: place no new work on a node (its running jobs finish unless moved)");
+  drain->add_option("NODE", drain_args.node, "gpu-1 or nodes/gpu-1")->required();
+  drain->add_flag("--move-jobs", drain_args.move_jobs,
+                  "Also stop its running jobs now; they are re-queued without spending restarts");
+  drain->add_flag("--stop-quarantined", drain_args.stop_quarantined,
+                  "Stop the unknown jobs quarantined there after loomd started fresh");
+  drain->add_flag("--undo", drain_args.undo, "Undrain: the node takes new work again");
+  std::string delete_node;
+  bool delete_force = false;
+  CLI::App* del =
+      nodes->add_subcommand("delete", "Admin: remove a node so that its devices stop counting");
+  del->add_option("NODE", delete_node, "gpu-1 or nodes/gpu-1")->required();
+  del->add_flag("--force", delete_force,
+                "Delete although it is READY or runs jobs (they are re-queued)");
 
   try {
     app.parse(argc, argv);
@@ -128,6 +146,8 @@ int main(int argc, char** argv) {
     return RunLogs(ctx, logs_args);
   }
   if (*cancel) return RunCancel(ctx, job);
-  if (*nodes) return RunNodes(ctx);
+  if (*drain) return RunDrainNode(ctx, drain_args);
+  if (*del) return RunDeleteNode(ctx, delete_node, delete_force);
+  if (*nodes || *nodes_list) return RunNodes(ctx);
   return kExitInvalidInput;
 }

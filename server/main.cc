@@ -3,9 +3,13 @@
 //
 //   loomd --state-dir=DIR [--listen=HOST:PORT] [--metrics-listen=HOST:PORT]
 //         [--ready-file=PATH] [--advertise=HOST:PORT]
-//         [--heartbeat-interval-ms=1000] [--node-timeout-ms=10000]
+//         [--heartbeat-interval-ms=1000] [--node-timeout-ms=10000] [--start-fresh]
 //         (--tls-cert=PEM --tls-key=PEM [--tls-client-ca=PEM] [--tokens-file=FILE] | --insecure)
 //         [--data-roots=DIR[,DIR]] [--checkpoint-roots=DIR[,DIR]]
+//         [--progress-timeout-floor-ms=300000] [--progress-timeout-factor=20]
+//         [--startup-allowance-ms=900000] [--start-timeout-ms=300000]
+//         [--drain-requeue-delay-ms=10000]
+//         [--max-gpus-per-node=64] [--max-cpu-devices-per-node=1024]
 //
 // Exit status: 0 after a graceful stop (SIGTERM/SIGINT), 2 for bad flags, 1 when it cannot
 // start (state dir unusable, port taken).
@@ -36,6 +40,10 @@ int main(int argc, char** argv) {
   int64_t node_timeout_ms = 10000;
   std::string data_roots;
   std::string checkpoint_roots;
+  int64_t progress_floor_ms = 300'000;
+  int64_t startup_allowance_ms = 900'000;
+  int64_t start_timeout_ms = 300'000;
+  int64_t drain_requeue_delay_ms = 10'000;
   app.add_option("--listen", config.listen, "gRPC address HOST:PORT (port 0: any free port)")
       ->capture_default_str();
   app.add_option("--metrics-listen", config.metrics_listen,
@@ -75,6 +83,40 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint-roots", checkpoint_roots,
                  "Comma-separated directories, shared by every node, that spec.checkpoint.dir "
                  "must lie under (default: any absolute path)");
+  app.add_flag("--start-fresh", config.start_fresh,
+               "Start although loomd.db is missing or empty while the state dir shows it held "
+               "jobs (the jobs are forgotten; gangs still running are quarantined, not killed)");
+  app.add_option("--progress-timeout-floor-ms", progress_floor_ms,
+                 "A running job with no step or checkpoint for max(this, factor x median step) "
+                 "is hung: stacks dumped, gang restarted (0: watchdog off)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{86'400'000}));
+  app.add_option("--progress-timeout-factor", config.progress_timeout_factor,
+                 "The hang timeout in median step times (see --progress-timeout-floor-ms)")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 1e6));
+  app.add_option("--startup-allowance-ms", startup_allowance_ms,
+                 "How long a started job may take to its first step before it counts as hung")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{86'400'000}));
+  app.add_option("--start-timeout-ms", start_timeout_ms,
+                 "A scheduled job whose ranks have not all started after this is re-placed on "
+                 "other nodes (0: off)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{86'400'000}));
+  app.add_option("--drain-requeue-delay-ms", drain_requeue_delay_ms,
+                 "A job moved off a draining node is placed again after this (its ranks get the "
+                 "worker's stop grace to checkpoint and exit first)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{3'600'000}));
+  app.add_option("--max-gpus-per-node", config.device_limits.max_gpus,
+                 "RegisterNode refuses a node with more GPUs")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1'000'000));
+  app.add_option("--max-cpu-devices-per-node", config.device_limits.max_cpu_devices,
+                 "RegisterNode refuses a node with more CPU devices")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1'000'000));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -94,6 +136,10 @@ int main(int argc, char** argv) {
     }
     *out = *std::move(roots);
   }
+  config.progress_timeout_floor = absl::Milliseconds(progress_floor_ms);
+  config.startup_allowance = absl::Milliseconds(startup_allowance_ms);
+  config.start_timeout = absl::Milliseconds(start_timeout_ms);
+  config.drain_requeue_delay = absl::Milliseconds(drain_requeue_delay_ms);
 
   // Block the stop signals in every thread (threads inherit the mask), so that only
   // sigwait() below sees them and shutdown runs on the main thread, not in a handler.

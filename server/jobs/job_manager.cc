@@ -135,6 +135,9 @@ absl::Status JobManager::Restore() {
     active->ready_since = now;
     active->restart_at = now;
     active->last_progress_write = now;
+    // The watchdogs' clocks start afresh: loomd does not know how long the gang was silent.
+    active->scheduled_at = now;
+    active->last_progress = now;
     if (IsGangState(active->job.state())) {
       for (const v1::Placement& p : active->job.placements()) {
         nodes_.Allocate(p.node(), {p.device_indices().begin(), p.device_indices().end()},
@@ -194,10 +197,12 @@ absl::Status JobManager::CommitLocked(ActiveJob& active, v1::Job updated,
 }
 
 absl::Status JobManager::TransitionLocked(ActiveJob& active, v1::Job updated, v1::JobState to,
-                                          const std::string& reason) {
-  ASSIGN_OR_RETURN(v1::JobEvent event, Transition(updated, to, reason, clock_->Now()));
+                                          const std::string& reason, RestartCharge charge) {
+  ASSIGN_OR_RETURN(v1::JobEvent event, Transition(updated, to, reason, clock_->Now(), charge));
   RETURN_IF_ERROR(CommitLocked(active, std::move(updated), event));
-  if (to == v1::RESTARTING && metrics_ != nullptr) metrics_->IncrementRestarts();
+  if (to == v1::RESTARTING && charge == RestartCharge::kCharged && metrics_ != nullptr) {
+    metrics_->IncrementRestarts();
+  }
   return absl::OkStatus();
 }
 
@@ -268,6 +273,8 @@ absl::StatusOr<v1::Job> JobManager::CreateJob(const v1::CreateJobRequest& reques
       name = job.name();
       active_.emplace(name, std::move(active));
       ++state_counts_[v1::QUEUED];
+      if (!first_job_noted_ && options_.on_first_job) options_.on_first_job();
+      first_job_noted_ = true;
       LOOM_LOG(INFO) << "created " << name << " (" << job.spec().name() << ")";
       ScheduleLocked();
     }
@@ -484,6 +491,7 @@ void JobManager::ScheduleLocked() {
     request.kind = active->kind;
     request.devices = active->world_size;
     request.tensor = active->tensor;
+    request.avoid_nodes.assign(active->avoid_nodes.begin(), active->avoid_nodes.end());
     queue.push_back(std::move(request));
   }
   if (queue.empty()) return;
@@ -531,6 +539,14 @@ void JobManager::LaunchLocked(ActiveJob& active, const std::vector<v1::Placement
   active.resume_checked = false;
   active.step_times.Reset();
   active.counted_steps.clear();
+  active.scheduled_at = now;
+  active.last_progress = now;
+  active.last_checkpoint = absl::InfinitePast();
+  active.rank_progress.clear();
+  active.stepped = false;
+  active.hung_stop_at.reset();
+  active.hung_reason.clear();
+  active.dumps.clear();
   // A new gang reports afresh: drop the old gang's ratios and memory, keep the job's byte and
   // device allocation totals.
   for (auto& [rank, telemetry] : active.rank_telemetry) {
@@ -615,6 +631,26 @@ void JobManager::FailGangLocked(ActiveJob& active, bool retryable, const std::st
   }
   LOOM_LOG(INFO) << name << " generation " << generation << " failed: " << reason;
   SendCancelLocked(nodes, name, generation, absl::StrCat("gang stopped: ", what));
+}
+
+void JobManager::RequeueGangLocked(ActiveJob& active, const std::string& what,
+                                   absl::Duration delay) {
+  const std::string name = active.job.name();
+  const std::vector<std::string> nodes = PlacementNodes(active.job);
+  const int64_t generation = active.job.generation();
+  v1::Job updated = active.job;
+  updated.clear_placements();
+  absl::Status status = TransitionLocked(
+      active, std::move(updated), v1::RESTARTING,
+      absl::StrCat(what, "; back to the queue (not counted as a restart)"), RestartCharge::kFree);
+  if (!status.ok()) {
+    LOOM_LOG(ERROR) << "cannot re-queue " << name << ": " << status;
+    return;
+  }
+  active.restart_at = clock_->Now() + delay;
+  active.ready_since = active.restart_at;
+  LOOM_LOG(INFO) << name << " generation " << generation << " re-queued: " << what;
+  SendCancelLocked(nodes, name, generation, absl::StrCat("gang moved: ", what));
 }
 
 }  // namespace loom::jobs

@@ -52,6 +52,7 @@
 #include "loom/v1/node.pb.h"
 #include "server/auth/principal.h"
 #include "server/calibration/calibrator.h"
+#include "server/jobs/job_state_machine.h"
 #include "server/jobs/job_watchers.h"
 #include "server/jobs/log_store.h"
 #include "server/jobs/step_time_window.h"
@@ -90,6 +91,38 @@ struct JobManagerOptions {
   // to prove it alive or finished (it re-sends its last exit reports right after hello) before
   // the gang fails over.
   absl::Duration reconcile_grace = absl::Seconds(3);
+
+  // ---- Watchdogs (job_manager_watchdogs.cc) ----
+  // Progress: a RUNNING gang is hung when one of its ranks reported no progress (a step of its
+  // own, or a checkpoint written by any rank: the others wait for it) for
+  // max(progress_timeout_floor, progress_timeout_factor x the median step time of the generation),
+  // or, before its first step, for startup_allowance after it started (model set-up, data,
+  // rendezvous and checkpoint loading). A hung gang's workers are asked to dump every rank's stacks
+  // (DumpStacks); after stack_dump_grace, or once every rank answered, the gang stops and restarts
+  // as after a crash (a retryable failure) with the dumps summarised in the event and written in
+  // full to the job's logs. A zero floor turns the watchdog off.
+  absl::Duration progress_timeout_floor = absl::Minutes(5);
+  double progress_timeout_factor = 20;
+  absl::Duration startup_allowance = absl::Minutes(15);
+  absl::Duration stack_dump_grace = absl::Seconds(3);
+  // Start: a SCHEDULED gang whose ranks have not all started after start_timeout is re-placed
+  // (not charged to max_restarts), avoiding the nodes that did not start their ranks. Zero: off.
+  absl::Duration start_timeout = absl::Minutes(5);
+  // A gang moved off a draining node waits this long before it is placed again, so that the
+  // ranks on the node have the worker's stop grace to checkpoint and exit first.
+  absl::Duration drain_requeue_delay = absl::Seconds(10);
+
+  // ---- Nodes ----
+  nodes::DeviceLimits device_limits;
+
+  // ---- Store safety (server/store/state_dir_guard.h) ----
+  // loomd started on a lost database over a state directory that held jobs (--start-fresh):
+  // gangs that workers report and the store does not know are quarantined (left running,
+  // listed in Node.quarantined, counted by loom_quarantined_gangs) instead of cancelled.
+  bool quarantine_unknown_gangs = false;
+  // Called (under the manager's lock, once per manager) after the first job is stored: loomd
+  // writes the state directory's marker. May be empty.
+  std::function<void()> on_first_job;
 };
 
 class JobManager {
@@ -142,6 +175,15 @@ class JobManager {
   // node timeout): a second worker cannot take over a running node's id.
   absl::StatusOr<v1::RegisterNodeResponse> RegisterNode(const v1::RegisterNodeRequest& request);
   v1::ListNodesResponse ListNodes();
+  // Marks the node draining (or not, with drain = false): nothing new is placed on it. With
+  // move_jobs its gangs are stopped and re-queued without spending restarts; with
+  // stop_quarantined its quarantined gangs are cancelled. INVALID_ARGUMENT for a malformed
+  // name, NOT_FOUND for an unknown node.
+  absl::StatusOr<v1::Node> DrainNode(const v1::DrainNodeRequest& request);
+  // Forgets the node (store and memory) so that its devices stop counting. FAILED_PRECONDITION
+  // while it is READY or runs a gang, unless force (its gangs are then re-queued without
+  // spending restarts and its session is closed). Errors as DrainNode.
+  absl::Status DeleteNode(const v1::DeleteNodeRequest& request);
 
   // Starts a session for the node of `hello` (which must be registered), replacing an earlier one
   // only when that one is no longer live (ALREADY_EXISTS otherwise), and reconciles what the worker runs with the store (see the .cc). Returns the session
@@ -217,6 +259,19 @@ class JobManager {
     // Whether rank 0's first step of the current gang was compared with what earlier gangs
     // reached (checkpoint_placement.h ResumeNotice); reset at each launch.
     bool resume_checked = false;
+    // Watchdogs (memory only: after a loomd restart the clocks start afresh).
+    absl::Time scheduled_at;     // when the current generation was placed
+    absl::Time last_progress;    // when the current generation started RUNNING
+    absl::Time last_checkpoint;  // the last checkpoint report of any rank (all ranks wait)
+    std::map<int, absl::Time> rank_progress;  // each rank's last step report
+    bool stepped = false;                     // the current generation reported a step
+    // Set when the progress watchdog fired: the gang stops at this time (after the dumps).
+    std::optional<absl::Time> hung_stop_at;
+    std::string hung_reason;
+    std::map<int, v1::StackDump> dumps;  // by rank, from the workers
+    // Nodes that failed to prepare or to start this job: the scheduler avoids them for it until
+    // they register again.
+    std::set<std::string> avoid_nodes;
   };
 
   // Records `notice` as an event of the job that changes no state (from_state == to_state).
@@ -243,7 +298,9 @@ class JobManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Transition + commit. Requires mu_.
   absl::Status TransitionLocked(ActiveJob& active, v1::Job updated, v1::JobState to,
-                                const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                                const std::string& reason,
+                                RestartCharge charge = RestartCharge::kCharged)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs the scheduler and launches every placement. Requires mu_.
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LaunchLocked(ActiveJob& active, const std::vector<v1::Placement>& placements,
@@ -251,6 +308,11 @@ class JobManager {
   // Stops the gang of a running job after a failure (retryable: restart or FAILED when
   // exhausted; permanent: FAILED). Requires mu_.
   void FailGangLocked(ActiveJob& active, bool retryable, const std::string& what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops the gang and puts it back in the queue after `delay` without spending a restart
+  // (it was not the job's fault: a draining node, a start timeout, a node that failed to
+  // prepare it). Requires mu_.
+  void RequeueGangLocked(ActiveJob& active, const std::string& what, absl::Duration delay)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends CancelAssignment for (job, generation) to each node named. Requires mu_.
   void SendCancelLocked(const std::vector<std::string>& node_names, const std::string& job,
@@ -273,6 +335,27 @@ class JobManager {
   // ALREADY_EXISTS when the node has a live session (see RegisterNode); `field` names the
   // request field in the message. Requires mu_.
   absl::Status RefuseLiveNodeLocked(const std::string& node_name, absl::string_view field)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The watchdogs (job_manager_watchdogs.cc): progress and start timeouts. Require mu_.
+  void CheckProgressLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CheckStartTimeoutsLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops a hung gang whose dumps are in (or whose grace ended), with their summary.
+  void StopHungGangLocked(ActiveJob& active) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void HandleStackDumpLocked(const std::string& node, const v1::StackDump& dump)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Node-level reports (job_manager_nodes.cc). Require mu_.
+  void HandleWorkerDrainingLocked(const std::string& node, const v1::WorkerDraining& draining)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A rank status with prepare_error: the node is avoided for the job (and marked unhealthy
+  // when its disk is full). Requires mu_.
+  void NotePrepareFailureLocked(const std::string& node, ActiveJob& active,
+                                const v1::RankStatus& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether (job, generation) is quarantined on the node; quarantines it when `add` and the
+  // manager quarantines unknown gangs. Requires mu_.
+  bool QuarantinedLocked(const std::string& node, const std::string& job, int64_t generation,
+                         bool add) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Re-queues (free) every gang with a rank on the node. Requires mu_.
+  void MoveGangsOffLocked(const std::string& node, const std::string& why, absl::Duration delay)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Marks nodes LOST whose last message is older than the node timeout. Requires mu_.
   void CheckNodesLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -299,7 +382,8 @@ class JobManager {
   // Stale (node, job, generation) gangs already told to cancel on the node's current session,
   // so that a stale gang's stream of reports does not become a stream of cancels.
   std::set<std::string> stale_cancelled_ ABSL_GUARDED_BY(mu_);
-  absl::BitGen id_gen_ ABSL_GUARDED_BY(mu_);  // the random part of job ids
+  absl::BitGen id_gen_ ABSL_GUARDED_BY(mu_);           // the random part of job ids
+  bool first_job_noted_ ABSL_GUARDED_BY(mu_) = false;  // on_first_job was called
   JobWatchers watchers_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 

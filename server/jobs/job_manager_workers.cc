@@ -37,7 +37,7 @@ std::string StaleKey(std::string_view node, std::string_view job, int64_t genera
 
 absl::StatusOr<v1::RegisterNodeResponse> JobManager::RegisterNode(
     const v1::RegisterNodeRequest& request) {
-  RETURN_IF_ERROR(nodes::ValidateRegistration(request));
+  RETURN_IF_ERROR(nodes::ValidateRegistration(request, options_.device_limits));
   absl::MutexLock lock(&mu_);
   if (shut_down_) return absl::UnavailableError("loomd is shutting down; retry later");
   const absl::Time now = clock_->Now();
@@ -46,6 +46,9 @@ absl::StatusOr<v1::RegisterNodeResponse> JobManager::RegisterNode(
   RETURN_IF_ERROR(store_->PutNode(node));
   const bool known = nodes_.Find(node.name()) != nullptr;
   nodes_.Put(node, now);
+  // A worker that registers again may have been fixed (disk freed, restarted): jobs that
+  // avoided it may use it again.
+  for (auto& [name, active] : active_) active->avoid_nodes.erase(node.name());
   LOOM_LOG(INFO) << (known ? "re-registered " : "registered ") << node.name() << " with "
                  << node.devices_size() << " devices";
   ScheduleLocked();
@@ -133,6 +136,10 @@ absl::StatusOr<uint64_t> JobManager::OpenSession(const v1::SessionHello& hello,
     const bool keep = it != active_.end() && IsGangState(it->second->job.state()) &&
                       it->second->job.generation() == running.generation() &&
                       PlacedOn(it->second->job, node_name);
+    if (!keep && it == active_.end() && !store_->GetJob(running.job()).ok() &&
+        QuarantinedLocked(node_name, running.job(), running.generation(), /*add=*/true)) {
+      continue;  // unknown to a loomd that started fresh: left running for an operator
+    }
     if (!keep) {
       SendCancelLocked({node_name}, running.job(), running.generation(),
                        "loomd does not run this job at this generation on this node");
@@ -186,6 +193,12 @@ absl::Status JobManager::HandleWorkerMessage(std::string_view node_id, uint64_t 
       case v1::WorkerMessage::kStep:
         HandleStepLocked(node_name, message.step());
         break;
+      case v1::WorkerMessage::kDraining:
+        HandleWorkerDrainingLocked(node_name, message.draining());
+        break;
+      case v1::WorkerMessage::kStackDump:
+        HandleStackDumpLocked(node_name, message.stack_dump());
+        break;
       case v1::WorkerMessage::kHello:
         return absl::InvalidArgumentError(
             "hello may only be the first message of a session; open a new session instead");
@@ -207,6 +220,7 @@ JobManager::ActiveJob* JobManager::CurrentGangLocked(const std::string& node,
       it->second->job.generation() == generation && PlacedOn(it->second->job, node)) {
     return it->second.get();
   }
+  if (QuarantinedLocked(node, job, generation, /*add=*/false)) return nullptr;
   if (!quiet && ParseJobName(job).ok() &&
       stale_cancelled_.insert(StaleKey(node, job, generation)).second) {
     SendCancelLocked({node}, job, generation,
@@ -222,8 +236,11 @@ void JobManager::MaybeMarkRunningLocked(ActiveJob& active) {
   if (static_cast<int>(started.size()) < active.world_size) return;
   absl::Status status = TransitionLocked(active, active.job, v1::RUNNING,
                                          absl::StrCat("all ", active.world_size, " ranks started"));
-  if (!status.ok())
+  if (!status.ok()) {
     LOOM_LOG(ERROR) << "cannot mark " << active.job.name() << " RUNNING: " << status;
+    return;
+  }
+  active.last_progress = clock_->Now();  // the start-up allowance counts from here
 }
 
 void JobManager::HandleRankStatusLocked(const std::string& node, const v1::RankStatus& status) {
@@ -245,6 +262,10 @@ void JobManager::HandleRankStatusLocked(const std::string& node, const v1::RankS
       break;
     default:
       return;
+  }
+  if (!status.prepare_error().empty() && status.exit_class() != v1::EXIT_CLASS_STOPPED) {
+    NotePrepareFailureLocked(node, *active, status);
+    return;
   }
   switch (status.exit_class()) {
     case v1::EXIT_CLASS_SUCCESS: {
@@ -353,8 +374,19 @@ void JobManager::AddNoticeLocked(ActiveJob& active, const std::string& notice) {
 void JobManager::HandleStepLocked(const std::string& node, const v1::StepReport& report) {
   ActiveJob* active = CurrentGangLocked(node, report.job(), report.generation(), false);
   if (active == nullptr || !RankPlacedOn(active->job, node, report.rank())) return;
-  active->latest_steps[report.rank()] = report;
   active->missing_on.erase(node);
+  if (report.checkpoint()) {
+    active->last_checkpoint = clock_->Now();
+    // Progress for the watchdog (a long checkpoint write is not a hang), nothing more.
+    if (active->job.state() == v1::SCHEDULED) {
+      active->running_ranks.insert(report.rank());
+      MaybeMarkRunningLocked(*active);
+    }
+    return;
+  }
+  if (!report.has_val_loss()) active->stepped = true;
+  active->rank_progress[report.rank()] = clock_->Now();
+  active->latest_steps[report.rank()] = report;
   if (!report.has_val_loss()) RecordRankTelemetry(*active, report);
   if (active->job.state() == v1::SCHEDULED) {
     // A rank that reports steps has started, even if its RUNNING report was lost.
@@ -521,6 +553,8 @@ void JobManager::Tick() {
   const absl::Time now = clock_->Now();
   CheckNodesLocked(now);
   CheckMissingLocked(now);
+  CheckStartTimeoutsLocked(now);
+  CheckProgressLocked(now);
   std::vector<std::string> dirty;
   for (const auto& [name, active] : active_) {
     if (active->progress_dirty &&
@@ -582,6 +616,7 @@ server_metrics::Snapshot JobManager::MetricsSnapshot() {
     if (!active->rank_telemetry.empty()) snapshot.ranks[id] = active->rank_telemetry;
   }
   for (const v1::Node& node : nodes_.List()) {
+    snapshot.quarantined_gangs += node.quarantined_size();
     ++snapshot.nodes[node.state()];
     if (node.state() != v1::NODE_STATE_READY) continue;
     std::set<int> allocated(node.allocated_devices().begin(), node.allocated_devices().end());

@@ -50,7 +50,8 @@ bool IsTransitionAllowed(v1::JobState from, v1::JobState to) {
 }
 
 absl::StatusOr<v1::JobEvent> Transition(v1::Job& job, v1::JobState to, std::string_view reason,
-                                        absl::Time now) {
+                                        absl::Time now, RestartCharge charge) {
+  const bool charged = charge == RestartCharge::kCharged;
   const v1::JobState from = job.state();
   if (!IsTransitionAllowed(from, to)) {
     return absl::FailedPreconditionError(absl::StrCat("job ", job.name(), " is ",
@@ -62,7 +63,8 @@ absl::StatusOr<v1::JobEvent> Transition(v1::Job& job, v1::JobState to, std::stri
         absl::StrCat("moving job ", job.name(), " to ", v1::JobState_Name(to),
                      " needs a reason: every event in the log says why"));
   }
-  if (to == v1::RESTARTING && job.restart_count() >= job.spec().restart().max_restarts()) {
+  if (to == v1::RESTARTING && charged &&
+      job.restart_count() >= job.spec().restart().max_restarts()) {
     return absl::FailedPreconditionError(
         absl::StrCat("job ", job.name(), " has used ", job.restart_count(), " of its ",
                      job.spec().restart().max_restarts(), " restarts; move it to FAILED instead"));
@@ -76,7 +78,7 @@ absl::StatusOr<v1::JobEvent> Transition(v1::Job& job, v1::JobState to, std::stri
   }
   if (to == v1::SCHEDULED) job.set_generation(job.generation() + 1);
   if (to == v1::RUNNING && !job.has_start_time()) SetTimestamp(now, job.mutable_start_time());
-  if (to == v1::RESTARTING) job.set_restart_count(job.restart_count() + 1);
+  if (to == v1::RESTARTING && charged) job.set_restart_count(job.restart_count() + 1);
   if (IsTerminal(to)) SetTimestamp(now, job.mutable_end_time());
 
   v1::JobEvent event;

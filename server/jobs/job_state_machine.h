@@ -31,19 +31,23 @@ bool IsTransitionAllowed(v1::JobState from, v1::JobState to);
 //  - entering SCHEDULED: generation += 1 (each (re)launch of the gang gets a new generation,
 //    which fences workers still running an older one);
 //  - entering RUNNING: start_time = now the first time only (restarts keep the first start);
-//  - entering RESTARTING: restart_count += 1;
+//  - entering RESTARTING: restart_count += 1, unless `charge` is RestartCharge::kFree (a gang
+//    moved off a draining node or re-placed after a start timeout: not the job's fault, so it
+//    neither spends nor needs a restart);
 //  - entering a terminal state: end_time = now.
 // The event carries from_state, to_state, reason, time = now and the job's generation after
 // the change. Placements and progress are the caller's business.
 // Errors (the job is left untouched):
 //  - FAILED_PRECONDITION when the table forbids it, e.g.
 //    "job jobs/x is SUCCEEDED; cannot move to RUNNING";
-//  - FAILED_PRECONDITION entering RESTARTING when restart_count already equals
+//  - FAILED_PRECONDITION entering RESTARTING (charged) when restart_count already equals
 //    spec.restart.max_restarts (the caller must move to FAILED instead: see
 //    StateAfterRetryableFailure);
 //  - INVALID_ARGUMENT when `reason` is empty (every transition in the log has a reason).
+enum class RestartCharge { kCharged, kFree };
 absl::StatusOr<v1::JobEvent> Transition(v1::Job& job, v1::JobState to, std::string_view reason,
-                                        absl::Time now);
+                                        absl::Time now,
+                                        RestartCharge charge = RestartCharge::kCharged);
 
 // What a retryable failure (crash, signal, hung or lost rank) of a non-terminal job leads to:
 // RESTARTING while restart_count < spec.restart.max_restarts, else FAILED.

@@ -87,6 +87,10 @@ void ServerMetrics::Collect() {
   }
   registry_->GetGauge("loom_scheduler_queue_depth", "Jobs waiting for devices.")
       .Set(snapshot.queue_depth);
+  registry_
+      ->GetGauge("loom_quarantined_gangs",
+                 "Gangs that workers run and loomd does not know, left running for an operator.")
+      .Set(snapshot.quarantined_gangs);
   for (v1::NodeState state : {v1::NODE_STATE_READY, v1::NODE_STATE_LOST}) {
     auto it = snapshot.nodes.find(state);
     std::string label(v1::NodeState_Name(state).substr(std::string_view("NODE_STATE_").size()));

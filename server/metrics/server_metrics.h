@@ -4,6 +4,9 @@
 //   loom_scheduler_queue_depth                gauge, jobs waiting for devices (QUEUED, and
 //                                             RESTARTING whose backoff has expired)
 //   loom_nodes{state}                         gauge, nodes per state (READY, LOST)
+//   loom_quarantined_gangs                    gauge, gangs that workers run and loomd does not
+//                                             know, left running after loomd started fresh
+//                                             (--start-fresh) until an operator decides
 //   loom_devices{kind, state}                 gauge, kind gpu|cpu, state total|allocated
 //   loom_scheduling_latency_seconds           histogram, from ready-to-schedule to SCHEDULED
 //   loom_rpc_requests_total{method, code}     counter, by full gRPC method and status code name
@@ -110,6 +113,7 @@ struct RankTelemetry {
 struct Snapshot {
   std::map<v1::JobState, int> jobs;  // every state, including terminal ones
   int queue_depth = 0;
+  int quarantined_gangs = 0;
   std::map<v1::NodeState, int> nodes;
   // kind ("gpu" | "cpu") -> (total, allocated) over READY nodes
   std::map<std::string, std::pair<int, int>> devices;

@@ -4,6 +4,7 @@
 #include <set>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/time_util.h"
 
@@ -26,7 +27,8 @@ google::protobuf::Timestamp ToProto(absl::Time t) {
 
 }  // namespace
 
-absl::Status ValidateRegistration(const v1::RegisterNodeRequest& request) {
+absl::Status ValidateRegistration(const v1::RegisterNodeRequest& request,
+                                  const DeviceLimits& limits) {
   const std::string& id = request.node_id();
   if (id.empty() || id.size() > 63 || !std::all_of(id.begin(), id.end(), IsNodeIdChar)) {
     return absl::InvalidArgumentError(
@@ -36,6 +38,16 @@ absl::Status ValidateRegistration(const v1::RegisterNodeRequest& request) {
   if (request.devices().empty()) {
     return absl::InvalidArgumentError(
         "devices must list at least one device (a GPU, or a CPU device with --cpu-devices)");
+  }
+  int gpus = 0;
+  for (const v1::Device& d : request.devices()) gpus += d.kind() == v1::DEVICE_KIND_GPU ? 1 : 0;
+  const int cpus = request.devices_size() - gpus;
+  if (gpus > limits.max_gpus || cpus > limits.max_cpu_devices) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "devices lists ", gpus, " GPUs and ", cpus, " CPU devices; a node may register at most ",
+        limits.max_gpus, " GPUs and ", limits.max_cpu_devices,
+        " CPU devices (loomd's --max-gpus-per-node and --max-cpu-devices-per-node); register "
+        "fewer (loom-worker --cpu-devices) or raise the limit"));
   }
   std::set<std::pair<int, int>> seen;
   for (int i = 0; i < request.devices_size(); ++i) {
@@ -61,6 +73,13 @@ absl::Status ValidateRegistration(const v1::RegisterNodeRequest& request) {
   return absl::OkStatus();
 }
 
+const char kOperatorDrainPrefix[] = "operator: ";
+
+bool IsSchedulable(const v1::Node& node) {
+  return node.state() == v1::NODE_STATE_READY && !node.draining() &&
+         node.unhealthy_reason().empty();
+}
+
 std::string NodeName(std::string_view node_id) {
   return absl::StrCat("nodes/", std::string(node_id));
 }
@@ -69,6 +88,7 @@ void NodeRegistry::Restore(const v1::Node& node, absl::Time now) {
   NodeEntry& entry = nodes_[node.name()];
   entry.node = node;
   entry.node.clear_allocated_devices();
+  entry.node.clear_quarantined();  // a quarantine lives as long as the loomd that decided it
   entry.last_seen = now;
 }
 
@@ -81,6 +101,14 @@ v1::Node NodeRegistry::Registered(const v1::RegisterNodeRequest& request, absl::
   *node.mutable_last_heartbeat() = ToProto(now);
   node.set_address(request.address());
   node.set_metrics_address(request.metrics_address());
+  // An operator's drain outlives the worker's restarts; the worker's own drain (it was
+  // stopping) and an unhealthy mark (the restarted worker may have been fixed) do not.
+  if (const NodeEntry* known = Find(node.name());
+      known != nullptr && known->node.draining() &&
+      absl::StartsWith(known->node.drain_reason(), kOperatorDrainPrefix)) {
+    node.set_draining(true);
+    node.set_drain_reason(known->node.drain_reason());
+  }
   return node;
 }
 
@@ -105,6 +133,13 @@ std::vector<NodeEntry*> NodeRegistry::All() {
   std::vector<NodeEntry*> out;
   for (auto& [name, entry] : nodes_) out.push_back(&entry);
   return out;
+}
+
+void NodeRegistry::Remove(std::string_view node_name) {
+  auto it = nodes_.find(node_name);
+  if (it == nodes_.end()) return;
+  if (it->second.session) it->second.session->Close();
+  nodes_.erase(it);
 }
 
 uint64_t NodeRegistry::OpenSession(std::string_view node_name,
@@ -152,7 +187,7 @@ void NodeRegistry::Release(const std::string& job) {
 std::vector<scheduler::NodeSnapshot> NodeRegistry::Snapshot() const {
   std::vector<scheduler::NodeSnapshot> out;
   for (const auto& [name, entry] : nodes_) {
-    if (entry.node.state() != v1::NODE_STATE_READY || !entry.session) continue;
+    if (!IsSchedulable(entry.node) || !entry.session) continue;
     scheduler::NodeSnapshot snap;
     snap.name = name;
     snap.ready = true;

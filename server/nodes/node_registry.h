@@ -42,9 +42,25 @@ struct Capacity {
   int ready_nodes = 0;
 };
 
-// Checks a RegisterNodeRequest: node_id [a-z0-9-]{1,63}, at least one device, device kinds
-// set and indices unique and >= 0. INVALID_ARGUMENT naming the field and the fix.
-absl::Status ValidateRegistration(const v1::RegisterNodeRequest& request);
+// The most devices one node may register (loomd's --max-gpus-per-node and
+// --max-cpu-devices-per-node): every device costs loomd memory and store space for as long as
+// the node is known, so an inventory far beyond any real machine is refused.
+struct DeviceLimits {
+  int max_gpus = 64;
+  int max_cpu_devices = 1024;
+};
+
+// Checks a RegisterNodeRequest: node_id [a-z0-9-]{1,63}, at least one device, at most `limits`
+// devices of each kind, device kinds set and indices unique and >= 0. INVALID_ARGUMENT naming
+// the field and the fix.
+absl::Status ValidateRegistration(const v1::RegisterNodeRequest& request,
+                                  const DeviceLimits& limits = {});
+
+// Node.drain_reason of a drain asked for by an operator (DrainNode).
+extern const char kOperatorDrainPrefix[];
+
+// Whether the scheduler may place new work on the node: READY, not draining, healthy.
+bool IsSchedulable(const v1::Node& node);
 
 // "nodes/{id}" for a node id.
 std::string NodeName(std::string_view node_id);
@@ -65,6 +81,8 @@ class NodeRegistry {
   NodeEntry* Find(std::string_view node_name);
   const NodeEntry* Find(std::string_view node_name) const;
   std::vector<NodeEntry*> All();
+  // Forgets the node (its session is closed). Allocations must have been released.
+  void Remove(std::string_view node_name);
 
   // Installs `session` as the node's session and returns its id; the previous session, if any,
   // is closed. The node must exist.
@@ -81,7 +99,8 @@ class NodeRegistry {
                 const std::string& job);
   void Release(const std::string& job);
 
-  // Schedulable nodes (READY with a session) and their free devices, for scheduler::Schedule.
+  // Schedulable nodes (IsSchedulable, with a session) and their free devices, for
+  // scheduler::Schedule.
   std::vector<scheduler::NodeSnapshot> Snapshot() const;
   Capacity ReadyCapacity() const;
 

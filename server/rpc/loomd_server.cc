@@ -14,6 +14,7 @@
 #include "common/net.h"
 #include "common/status_macros.h"
 #include "server/rpc/rpc_metrics_interceptor.h"
+#include "server/store/state_dir_guard.h"
 
 namespace loom::rpc {
 namespace {
@@ -52,6 +53,21 @@ absl::Status CheckConfig(const LoomdConfig& config) {
         "TLS without a way to authenticate callers: give --tokens-file (bearer tokens) and/or "
         "--tls-client-ca (client certificates)");
   }
+  if (config.progress_timeout_floor < absl::ZeroDuration() ||
+      config.startup_allowance < absl::ZeroDuration() ||
+      config.start_timeout < absl::ZeroDuration() ||
+      config.drain_requeue_delay < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "--progress-timeout-floor-ms, --startup-allowance-ms, --start-timeout-ms and "
+        "--drain-requeue-delay-ms must be >= 0 (0 turns that watchdog off)");
+  }
+  if (!(config.progress_timeout_factor >= 1)) {
+    return absl::InvalidArgumentError("--progress-timeout-factor must be >= 1, e.g. 20");
+  }
+  if (config.device_limits.max_gpus < 1 || config.device_limits.max_cpu_devices < 1) {
+    return absl::InvalidArgumentError(
+        "--max-gpus-per-node and --max-cpu-devices-per-node must be >= 1");
+  }
   return absl::OkStatus();
 }
 
@@ -81,7 +97,19 @@ absl::StatusOr<std::unique_ptr<LoomdServer>> LoomdServer::Start(const LoomdConfi
   s->registry_ = std::make_unique<metrics::Registry>();
   s->server_metrics_ = std::make_unique<server_metrics::ServerMetrics>(s->registry_.get());
   const std::string db_path = absl::StrCat(config.state_dir, "/loomd.db");
+  ASSIGN_OR_RETURN(const store::StateDirVerdict verdict,
+                   store::CheckStateDir(config.state_dir, db_path, config.start_fresh));
+  if (verdict.fresh_over_history) {
+    LOOM_LOG(WARNING) << "--start-fresh: " << verdict.finding
+                      << "; starting with an empty database, unknown running gangs will be "
+                         "quarantined (see loomctl nodes list)";
+  }
   ASSIGN_OR_RETURN(s->store_, store::OpenSqliteJobStore(db_path));
+  {
+    // A database that holds jobs marks the directory, so that losing it later is noticed.
+    ASSIGN_OR_RETURN(const store::JobPage first, s->store_->ListJobs(std::nullopt, 0, 1));
+    if (!first.jobs.empty()) RETURN_IF_ERROR(store::MarkStateDirHeldJobs(config.state_dir));
+  }
   // After the job store, which creates and checks the file.
   ASSIGN_OR_RETURN(s->calibration_store_, calibration::OpenSqliteCalibrationStore(db_path));
   ASSIGN_OR_RETURN(s->calibrator_,
@@ -97,6 +125,18 @@ absl::StatusOr<std::unique_ptr<LoomdServer>> LoomdServer::Start(const LoomdConfi
   jobs::JobManagerOptions options;
   options.heartbeat_interval = config.heartbeat_interval;
   options.node_timeout = config.node_timeout;
+  options.progress_timeout_floor = config.progress_timeout_floor;
+  options.progress_timeout_factor = config.progress_timeout_factor;
+  options.startup_allowance = config.startup_allowance;
+  options.start_timeout = config.start_timeout;
+  options.drain_requeue_delay = config.drain_requeue_delay;
+  options.device_limits = config.device_limits;
+  options.quarantine_unknown_gangs = verdict.fresh_over_history;
+  options.on_first_job = [state_dir = config.state_dir] {
+    if (absl::Status status = store::MarkStateDirHeldJobs(state_dir); !status.ok()) {
+      LOOM_LOG(ERROR) << "cannot mark the state dir as holding jobs: " << status;
+    }
+  };
   // Empty until the port is bound (when --advertise is not given); nothing is scheduled
   // before SetRendezvousAddress below.
   options.rendezvous_address = config.advertise;

@@ -49,12 +49,24 @@ struct LoomdConfig {
   TlsFiles tls;
   std::string tokens_file;
   bool insecure = false;
+  // Start although loomd.db is lost (missing, empty, schema-less or jobless) while the state
+  // dir shows it held jobs (server/store/state_dir_guard.h); unknown gangs are then quarantined.
+  bool start_fresh = false;
+  // Watchdogs, drain and device limits (see JobManagerOptions for each).
+  absl::Duration progress_timeout_floor = absl::Minutes(5);
+  double progress_timeout_factor = 20;
+  absl::Duration startup_allowance = absl::Minutes(15);
+  absl::Duration start_timeout = absl::Minutes(5);
+  absl::Duration drain_requeue_delay = absl::Seconds(10);
+  nodes::DeviceLimits device_limits;
 };
 
 class LoomdServer {
  public:
-  // Validates `config` (INVALID_ARGUMENT naming the flag), opens the state, binds both ports
-  // (UNAVAILABLE when one cannot be bound) and starts serving. `clock` must outlive the server.
+  // Validates `config` (INVALID_ARGUMENT naming the flag), opens the state (FAILED_PRECONDITION
+  // naming --start-fresh when the database was lost over a state dir that held jobs), binds
+  // both ports (UNAVAILABLE when one cannot be bound) and starts serving. `clock` must outlive the
+  // server.
   static absl::StatusOr<std::unique_ptr<LoomdServer>> Start(const LoomdConfig& config,
                                                             const Clock* clock,
                                                             jobs::SpecValidator validator);

@@ -30,6 +30,17 @@ absl::Status AuthorizeNode(const grpc::ServerContext* context, auth::Authenticat
       "certificate named node:NODE_ID); user and admin credentials cannot pose as a worker");
 }
 
+// OK for an admin (node management changes what every tenant's jobs run on).
+absl::Status AuthorizeAdmin(const grpc::ServerContext* context,
+                            auth::Authenticator* authenticator) {
+  absl::StatusOr<auth::Principal> who = Authenticate(context, authenticator);
+  if (!who.ok()) return who.status();
+  if (who->is_admin()) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      "draining and deleting nodes is for admins (an `admin` line of loomd's --tokens-file, or a "
+      "certificate named admin:NAME)");
+}
+
 }  // namespace
 
 grpc::Status NodeServiceImpl::RegisterNode(grpc::ServerContext* context,
@@ -51,6 +62,23 @@ grpc::Status NodeServiceImpl::ListNodes(grpc::ServerContext* context, const v1::
   }
   *response = manager_->ListNodes();
   return grpc::Status::OK;
+}
+
+grpc::Status NodeServiceImpl::DrainNode(grpc::ServerContext* context,
+                                        const v1::DrainNodeRequest* request,
+                                        v1::Node* response) {
+  if (absl::Status s = AuthorizeAdmin(context, authenticator_); !s.ok()) return ToGrpcStatus(s);
+  absl::StatusOr<v1::Node> node = manager_->DrainNode(*request);
+  if (!node.ok()) return ToGrpcStatus(node.status());
+  *response = std::move(*node);
+  return grpc::Status::OK;
+}
+
+grpc::Status NodeServiceImpl::DeleteNode(grpc::ServerContext* context,
+                                         const v1::DeleteNodeRequest* request,
+                                         v1::DeleteNodeResponse*) {
+  if (absl::Status s = AuthorizeAdmin(context, authenticator_); !s.ok()) return ToGrpcStatus(s);
+  return ToGrpcStatus(manager_->DeleteNode(*request));
 }
 
 grpc::Status NodeServiceImpl::Session(

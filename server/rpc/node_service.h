@@ -30,6 +30,10 @@ class NodeServiceImpl final : public v1::NodeService::Service {
                             v1::RegisterNodeResponse* response) override;
   grpc::Status ListNodes(grpc::ServerContext* context, const v1::ListNodesRequest* request,
                          v1::ListNodesResponse* response) override;
+  grpc::Status DrainNode(grpc::ServerContext* context, const v1::DrainNodeRequest* request,
+                         v1::Node* response) override;
+  grpc::Status DeleteNode(grpc::ServerContext* context, const v1::DeleteNodeRequest* request,
+                          v1::DeleteNodeResponse* response) override;
   grpc::Status Session(
       grpc::ServerContext* context,
       grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream) override;

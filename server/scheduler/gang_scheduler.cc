@@ -66,7 +66,35 @@ class Scheduler {
   std::map<int, Pool> pools_;                           // by device kind
   std::map<std::pair<int, int>, int64_t> idle_groups_;  // (kind, unit) -> groups when idle
   std::vector<char> chosen_;  // scratch mark per node id, all zero between jobs
+
+  // Hides the job's avoided nodes of `pool` from the free buckets (Unhide puts them back) and
+  // returns their ids.
+  std::vector<int> Hide(const JobRequest& job, Pool& pool);
+  void Unhide(const std::vector<int>& hidden, Pool& pool);
 };
+
+std::vector<int> Scheduler::Hide(const JobRequest& job, Pool& pool) {
+  std::vector<int> hidden;
+  for (const std::string& name : job.avoid_nodes) {
+    auto it =
+        std::lower_bound(nodes_.begin(), nodes_.end(), name,
+                         [](const NodeState& n, const std::string& v) { return n.snap->name < v; });
+    if (it == nodes_.end() || it->snap->name != name || it->snap->kind != job.kind) continue;
+    const int id = static_cast<int>(it - nodes_.begin());
+    if (std::find(hidden.begin(), hidden.end(), id) != hidden.end()) continue;
+    if (pool.by_free[it->free.size()].erase(id) == 0) continue;
+    pool.free_total -= static_cast<int64_t>(it->free.size());
+    hidden.push_back(id);
+  }
+  return hidden;
+}
+
+void Scheduler::Unhide(const std::vector<int>& hidden, Pool& pool) {
+  for (int id : hidden) {
+    pool.by_free[nodes_[id].free.size()].insert(id);
+    pool.free_total += static_cast<int64_t>(nodes_[id].free.size());
+  }
+}
 
 Scheduler::Scheduler(const std::vector<NodeSnapshot>& nodes) {
   std::vector<const NodeSnapshot*> ready;
@@ -273,8 +301,19 @@ Decision Scheduler::Run(const std::vector<JobRequest>& queue) {
       decision.waiting.push_back({job->job, bit->second});
       continue;
     }
-    if (std::optional<JobPlacement> p = TryPlace(*job, *pool)) {
+    const std::vector<int> hidden = Hide(*job, *pool);
+    std::optional<JobPlacement> p = TryPlace(*job, *pool);
+    Unhide(hidden, *pool);
+    if (p.has_value()) {
       decision.placed.push_back(std::move(*p));
+      continue;
+    }
+    if (!hidden.empty()) {
+      // Another node may free up or return; the job behind need not wait for that.
+      decision.waiting.push_back(
+          {job->job, WaitReason(*job, *pool) + "; avoiding " +
+                         Plural(static_cast<int64_t>(hidden.size()), "node", "nodes") +
+                         " that failed to prepare or start it"});
       continue;
     }
     decision.waiting.push_back({job->job, WaitReason(*job, *pool)});

@@ -27,6 +27,8 @@
 //     waiting cannot help these jobs: a job that would not fit even if every eligible node
 //     were idle, and an invalid request (devices < 1, tp < 1, tp not dividing devices, no
 //     device kind). They wait with their reason and block nobody.
+//  5. Avoided nodes: a job's avoid_nodes are hidden from it alone (other jobs may use them); a
+//     job that waits only because of them does not block the jobs behind it.
 //  Every job that is not placed gets a human-readable reason, e.g.
 //    "needs 8 CPU devices in tensor groups of 2; 3 free on 2 ready nodes"
 //    "behind jobs/abc (priority 0) which waits for devices"
@@ -59,6 +61,9 @@ struct JobRequest {
   v1::DeviceKind kind = v1::DEVICE_KIND_CPU;
   int devices = 1;
   int tensor = 1;  // tensor-parallel size; divides `devices`
+  // Nodes this job must not be placed on now (they failed to prepare or to start it); the job
+  // waits, naming them, when the other nodes cannot take it. Unknown names are ignored.
+  std::vector<std::string> avoid_nodes;
 };
 
 struct NodeShare {

@@ -78,6 +78,8 @@ class JobStore {
   // Inserts or replaces a node (matched by node.name(), "nodes/{id}").
   virtual absl::Status PutNode(const v1::Node& node) = 0;
   virtual absl::StatusOr<std::vector<v1::Node>> ListNodes() = 0;
+  // Removes the node named `name`; NOT_FOUND when there is none.
+  virtual absl::Status DeleteNode(std::string_view name) = 0;
 };
 
 // Opens (creating if needed) the SQLite database `path` in WAL mode with its schema.

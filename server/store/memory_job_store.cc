@@ -118,6 +118,14 @@ class MemoryJobStore final : public JobStore {
     return absl::OkStatus();
   }
 
+  absl::Status DeleteNode(std::string_view name) override {
+    absl::MutexLock lock(&mu_);
+    if (nodes_.erase(std::string(name)) == 0) {
+      return absl::NotFoundError(absl::StrCat("node ", std::string(name), " not found"));
+    }
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<std::vector<v1::Node>> ListNodes() override {
     absl::MutexLock lock(&mu_);
     std::vector<v1::Node> nodes;

@@ -310,6 +310,19 @@ class SqliteJobStore final : public JobStore {
     return nodes;
   }
 
+  absl::Status DeleteNode(std::string_view name) override {
+    return Write([&](SqliteConnection& db) -> absl::Status {
+      ASSIGN_OR_RETURN(Statement del,
+                       db.Prepare("DELETE FROM nodes WHERE name = ? RETURNING name"));
+      del.BindText(1, name);
+      ASSIGN_OR_RETURN(const bool row, del.Step());
+      if (!row) return absl::NotFoundError(absl::StrCat("node ", S(name), " not found"));
+      ASSIGN_OR_RETURN(const bool more, del.Step());  // finish the statement
+      (void)more;
+      return absl::OkStatus();
+    });
+  }
+
  private:
   static absl::Status NotFound(std::string_view name) {
     return absl::NotFoundError(absl::StrCat("job ", S(name), " not found"));

@@ -125,6 +125,25 @@ class FakeNodes final : public loom::v1::NodeService::Service {
     node->set_state(loom::v1::NODE_STATE_READY);
     return grpc::Status::OK;
   }
+  grpc::Status DrainNode(grpc::ServerContext*, const loom::v1::DrainNodeRequest* request,
+                         loom::v1::Node* response) override {
+    drains.push_back(*request);
+    response->set_name(request->name());
+    response->set_state(loom::v1::NODE_STATE_READY);
+    response->set_draining(request->drain());
+    return grpc::Status::OK;
+  }
+  grpc::Status DeleteNode(grpc::ServerContext*, const loom::v1::DeleteNodeRequest* request,
+                          loom::v1::DeleteNodeResponse*) override {
+    deletes.push_back(*request);
+    if (!request->force()) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          request->name() + " is READY and runs 1 gangs; pass --force");
+    }
+    return grpc::Status::OK;
+  }
+  std::vector<loom::v1::DrainNodeRequest> drains;
+  std::vector<loom::v1::DeleteNodeRequest> deletes;
 };
 
 Job MakeJob(loom::v1::JobState state, int64_t step) {
@@ -307,6 +326,25 @@ TEST_F(CommandsTest, CancelAndNodes) {
   const nlohmann::json j = nlohmann::json::parse(out_.str());
   EXPECT_EQ(j["nodes"][0]["name"], "nodes/w0");
   EXPECT_EQ(j["nodes"][0]["state"], "NODE_STATE_READY");
+}
+
+TEST_F(CommandsTest, DrainAndDeleteNodes) {
+  EXPECT_EQ(RunDrainNode(ctx_, {.node = "w0", .move_jobs = true}), 0);
+  ASSERT_EQ(nodes_.drains.size(), 1u);
+  EXPECT_EQ(nodes_.drains[0].name(), "nodes/w0");
+  EXPECT_TRUE(nodes_.drains[0].move_jobs());
+  EXPECT_TRUE(nodes_.drains[0].has_drain() && nodes_.drains[0].drain());
+  EXPECT_THAT(out_.str(), HasSubstr("READY,draining"));
+  EXPECT_EQ(RunDrainNode(ctx_, {.node = "nodes/w0", .undo = true}), 0);
+  EXPECT_FALSE(nodes_.drains[1].drain());
+
+  out_.str("");
+  EXPECT_NE(RunDeleteNode(ctx_, "w0", /*force=*/false), 0);
+  EXPECT_THAT(err_.str(), HasSubstr("pass --force"));
+  EXPECT_EQ(RunDeleteNode(ctx_, "w0", /*force=*/true), 0);
+  EXPECT_EQ(out_.str(), "nodes/w0 deleted\n");
+  ASSERT_EQ(nodes_.deletes.size(), 2u);
+  EXPECT_TRUE(nodes_.deletes[1].force());
 }
 
 }  // namespace

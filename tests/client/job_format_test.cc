@@ -159,6 +159,12 @@ TEST(JobFormatTest, NodeTableCountsDevices) {
   EXPECT_EQ(FormatNodeTable({node}, kNow),
             "NAME      STATE  DEVICES  ALLOCATED  ADDRESS         HEARTBEAT\n"
             "nodes/w0  LOST   2 cpu    1/2        127.0.0.1:5000  4s ago\n");
+  node.set_state(loom::v1::NODE_STATE_READY);
+  node.set_draining(true);
+  node.set_unhealthy_reason("disk full");
+  node.add_quarantined("jobs/x@2");
+  EXPECT_THAT(FormatNodeTable({node}, kNow),
+              ::testing::HasSubstr("READY,draining,unhealthy,quarantined:1"));
 }
 
 TEST(JobFormatTest, LogLines) {

@@ -386,6 +386,7 @@ absl::Status Cluster::StartLoomd(int port) {
   } else {
     argv.push_back("--insecure");
   }
+  argv.insert(argv.end(), options_.loomd_flags.begin(), options_.loomd_flags.end());
   auto process = Process::Start(argv, absl::StrCat(dir_, "/loomd-", n, ".log"));
   if (!process.ok()) return process.status();
   loomd_ = *std::move(process);
@@ -434,6 +435,7 @@ absl::Status Cluster::StartWorker(int index) {
     argv.push_back("--tls-ca=" + certs_dir() + "/ca.pem");
     argv.push_back("--join-token-file=" + certs_dir() + "/node.token");
   }
+  argv.insert(argv.end(), options_.worker_flags.begin(), options_.worker_flags.end());
   auto process = Process::Start(argv, absl::StrCat(dir_, "/", name, ".log"));
   if (!process.ok()) return process.status();
   if (static_cast<int>(workers_.size()) <= index) {

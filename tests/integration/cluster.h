@@ -95,6 +95,10 @@ struct ClusterOptions {
   // that ranks can write the test's private temp dir), nothing otherwise (ranks run as the
   // tests' user). Another user makes the temp dir and its out/ folder reachable by that user.
   std::string rank_user;
+  // Extra loomd flags, e.g. {"--progress-timeout-floor-ms=2000"}.
+  std::vector<std::string> loomd_flags;
+  // Extra loom-worker flags, e.g. {"--fence-timeout-ms=2000"}.
+  std::vector<std::string> worker_flags;
 };
 
 class Cluster {

@@ -21,7 +21,7 @@ std::string ReadFile(const std::string& path) {
 }  // namespace
 
 void IntegrationTest::SetUp() {
-  cluster_ = std::make_unique<Cluster>();
+  cluster_ = std::make_unique<Cluster>(Options());
   const absl::Status started = cluster_->Start();
   ASSERT_TRUE(started.ok()) << started;
 }

@@ -40,6 +40,8 @@ class IntegrationTest : public ::testing::Test {
  protected:
   void SetUp() override;
   void TearDown() override;
+  // The cluster each test gets; fixtures override it (e.g. loomd flags).
+  virtual ClusterOptions Options() const { return {}; }
 
   // The YAML spec of `job` (model tiny, builtin data, cpu devices, the env for test_rank).
   std::string JobYaml(const TestJob& job) const;

@@ -16,6 +16,10 @@
 //                               atomic rename), and append "resume G STEP" / "commit G STEP" lines
 //                               to TEST_RANK_OUT_DIR/history.log (the chaos run's evidence)
 //
+// Like loom-train it answers SIGUSR1 (loomd's progress watchdog, through the worker) with a
+// stack dump on stderr between the contract's first and last lines, and fences itself (exit 1)
+// when its worker says nothing on LOOM_FENCE_FD for LOOM_FENCE_TIMEOUT_MS.
+//
 // The .started file is JSON: the pid, the whole rank environment as seen, and
 // "previous_generation_alive": the pids of the previous generation's ranks that were still
 // running when this rank started (a restarted gang must find none); "earlier_generations_alive"
@@ -25,6 +29,7 @@
 // atomically (temp file + rename) so a test never reads half of one.
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -160,9 +165,37 @@ void Crash(const std::string& mode, long rank) {
   BadConfig("TEST_RANK_CRASH_MODE='" + mode + "'; use signal, exit2 or exit3");
 }
 
+// The rank contract's stack dump, as loom-train writes it (async-signal-safe: write only).
+void OnSigusr1(int) {
+  static constexpr char kDump[] =
+      "loom-train: stack dump (SIGUSR1), test_rank\n#0 test_rank main loop\n"
+      "last collectives: all_reduce #0\nloom-train: end of stack dump\n";
+  (void)!write(STDERR_FILENO, kDump, sizeof(kDump) - 1);
+}
+
+// The rank contract's self-fencing, as loom-train does it (worker/train/diag/fence.h).
+void WatchFence() {
+  const long fd = EnvInt("LOOM_FENCE_FD", -1);
+  const long timeout_ms = EnvInt("LOOM_FENCE_TIMEOUT_MS", 30000);
+  if (fd < 0) return;
+  std::thread([fd, timeout_ms] {
+    for (;;) {
+      pollfd p{static_cast<int>(fd), POLLIN, 0};
+      const int ready = poll(&p, 1, static_cast<int>(timeout_ms));
+      char buf[64];
+      if (ready == 0 || (ready > 0 && read(static_cast<int>(fd), buf, sizeof(buf)) <= 0)) {
+        std::cerr << "test_rank: self-fencing: no word from loom-worker" << std::endl;
+        std::_Exit(1);
+      }
+    }
+  }).detach();
+}
+
 }  // namespace
 
 int main() {
+  signal(SIGUSR1, OnSigusr1);
+  WatchFence();
   const std::string out_dir = Env("TEST_RANK_OUT_DIR");
   if (out_dir.empty()) BadConfig("TEST_RANK_OUT_DIR is not set; put it in the job spec's env");
   for (const char* required : {"LOOM_JOB", "LOOM_JOB_GENERATION", "LOOM_RANK", "LOOM_WORLD_SIZE",

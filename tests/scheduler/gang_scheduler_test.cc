@@ -216,6 +216,23 @@ TEST(GangSchedulerTest, OutputIsInQueueOrder) {
   EXPECT_EQ(d.placed[2].job, "jobs/c");
 }
 
+// A job avoids the nodes that failed it: best fit would pick b, which it avoids, so it goes to
+// a; another job may still use b; a job that fits only on avoided nodes waits naming them and
+// does not block the job behind it.
+TEST(GangSchedulerTest, AvoidedNodesAreHiddenFromThatJobOnly) {
+  JobRequest avoiding = Job("j1", 2, 1, 0, 1);
+  avoiding.avoid_nodes = {"nodes/b", "nodes/unknown"};
+  JobRequest stuck = Job("j2", 4, 1, 0, 2);
+  stuck.avoid_nodes = {"nodes/a"};
+  const Decision d = Schedule({FreeNode("a", 4, 4), FreeNode("b", 2, 2)},
+                              {avoiding, stuck, Job("j3", 2, 1, 0, 3), Job("j4", 2, 1, 0, 4)});
+  const std::map<std::string, std::string> summary = Summary(d);
+  EXPECT_EQ(summary.at("j1"), "a:0,1");
+  EXPECT_THAT(summary.at("j2"), HasSubstr("avoiding 1 node that failed to prepare or start it"));
+  EXPECT_EQ(summary.at("j3"), "a:2,3");
+  EXPECT_EQ(summary.at("j4"), "b:0,1");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Properties on random snapshots.
 

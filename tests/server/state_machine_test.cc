@@ -188,6 +188,18 @@ TEST(JobStateMachineTest, RetryableFailureRestartsWhileRestartsRemain) {
   EXPECT_EQ(StateAfterRetryableFailure(job), v1::FAILED);
 }
 
+// A drain or a start timeout re-queues the gang without spending a restart, even when none is
+// left.
+TEST(JobStateMachineTest, AFreeRestartNeitherSpendsNorNeedsARestart) {
+  v1::Job job = JobIn(v1::RUNNING);  // restart_count 1
+  job.mutable_spec()->mutable_restart()->set_max_restarts(1);
+  auto charged = Transition(job, v1::RESTARTING, "rank crashed", T(1));
+  EXPECT_EQ(charged.status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(Transition(job, v1::RESTARTING, "node draining", T(2), RestartCharge::kFree).ok());
+  EXPECT_EQ(job.state(), v1::RESTARTING);
+  EXPECT_EQ(job.restart_count(), 1) << "not spent";
+}
+
 TEST(JobStateMachineTest, BackoffDoublesAndIsCapped) {
   v1::Job job = JobIn(v1::RESTARTING);
   job.mutable_spec()->mutable_restart()->set_backoff_seconds(1.5);

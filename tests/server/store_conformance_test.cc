@@ -416,6 +416,17 @@ TYPED_TEST(JobStoreConformanceTest, ListActiveJobsReturnsEveryNonTerminalJobInOr
               ElementsAre("jobs/restarting", "jobs/queued", "jobs/scheduled"));
 }
 
+TYPED_TEST(JobStoreConformanceTest, NodesAreDeletedByName) {
+  ASSERT_TRUE(this->store_->PutNode(MakeNode("a", 1)).ok());
+  ASSERT_TRUE(this->store_->PutNode(MakeNode("b", 2)).ok());
+  ASSERT_TRUE(this->store_->DeleteNode("nodes/a").ok());
+  EXPECT_EQ(this->store_->DeleteNode("nodes/a").code(), absl::StatusCode::kNotFound);
+  auto nodes = this->store_->ListNodes();
+  ASSERT_TRUE(nodes.ok());
+  ASSERT_EQ(nodes->size(), 1u);
+  EXPECT_THAT((*nodes)[0], EqualsProto(MakeNode("b", 2)));
+}
+
 TYPED_TEST(JobStoreConformanceTest, NodesArePutAndListedByName) {
   ASSERT_TRUE(this->store_->PutNode(MakeNode("b", 2)).ok());
   ASSERT_TRUE(this->store_->PutNode(MakeNode("a", 4)).ok());

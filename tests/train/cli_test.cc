@@ -1,7 +1,9 @@
 // The loom-train and loom-tokenize binaries end to end: standalone with a YAML spec, as
 // launched by loom-worker (LOOM_* environment, JSON spec, progress fd, resume), and bad input
 // (exit 2, a one-line message naming the field or file, nothing overwritten).
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -134,6 +136,45 @@ TEST(CliTest, UnderTheWorkerEnvironmentAndResume) {
   ASSERT_EQ(steps.size(), 3u);
   EXPECT_EQ(Int(steps[0], "step"), 5);
   EXPECT_EQ(Int(steps[2], "step"), 7);
+}
+
+// The issue: a read-only or full checkpoint directory was retried until the restarts were spent,
+// and checkpoints were never pruned. Now the first is exit 2 (permanent) before any step, with
+// errno in the message, and checkpoint.keep prunes the oldest complete checkpoints.
+TEST(CliTest, AnUnwritableCheckpointDirExitsTwoAndKeepPrunes) {
+  TempDir dir;
+  auto spec = [](const std::string& checkpoint) {
+    return R"({"name": "job-1", "model": {"preset": "tiny"}, "data": {"builtin": "tiny-corpus"},
+               "train": {"steps": "5", "globalBatchTokens": "64", "seqLen": 16},
+               "resources": {"cpuDevices": 1}, "checkpoint": )" +
+           checkpoint + "}";
+  };
+  std::string unwritable = "/sys";  // root ignores permissions; sysfs refuses new files
+  if (::geteuid() != 0) {
+    unwritable = dir / "ro";
+    std::filesystem::create_directory(unwritable);
+    ::chmod(unwritable.c_str(), 0555);
+  }
+  const std::string env =
+      "LOOM_JOB=jobs/job-1 LOOM_JOB_GENERATION=1 LOOM_RANK=0 LOOM_WORLD_SIZE=1 "
+      "LOOM_DEVICE=cpu:0 LOOM_SPEC_FILE=spec.json LOOM_PROGRESS_FD=3 "
+      "LOOM_LAYOUT=data=1,tensor=1,pipeline=1,micro_batch=2,num_micro_batches=2 ";
+  WriteText(dir / "spec.json", spec(R"({"everySteps": "1", "keep": 2})"));
+  Result bad = RunBinary(dir, env + "LOOM_CHECKPOINT_DIR=" + unwritable, "");
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_THAT(bad.err, HasSubstr("loom-train: checkpoint.dir: " + unwritable + " is not writable"));
+  EXPECT_THAT(bad.err, ::testing::ContainsRegex("\\(errno [0-9]+\\)"));
+  EXPECT_EQ(bad.progress, "") << "not one step trained";
+
+  Result good = RunBinary(dir, env + "LOOM_CHECKPOINT_DIR=ck", "");
+  ASSERT_EQ(good.exit_code, 0) << good.err;
+  std::vector<std::string> kept;
+  for (const auto& e : std::filesystem::directory_iterator(dir / "ck")) {
+    kept.push_back(e.path().filename().string());
+  }
+  std::sort(kept.begin(), kept.end());
+  EXPECT_THAT(kept, ::testing::ElementsAre("step-000004", "step-000005"));
+  EXPECT_EQ(Events(JsonLines(good.progress), "checkpoint").size(), 5u);
 }
 
 TEST(CliTest, BadInputExitsTwoWithAOneLineMessage) {

@@ -20,6 +20,7 @@ class RankEventRecorder : public RankEventSink {
     std::vector<v1::RankStatus> statuses;
     std::vector<v1::StepReport> steps;
     std::vector<v1::LogChunk> logs;
+    std::vector<v1::StackDump> dumps;
 
     // The EXITED status of (job, rank), or nullptr.
     const v1::RankStatus* Exit(const std::string& job, int rank) const {
@@ -56,6 +57,9 @@ class RankEventRecorder : public RankEventSink {
   }
   void OnLogChunk(const v1::LogChunk& c) override {
     Add([&](Events& e) { e.logs.push_back(c); });
+  }
+  void OnStackDump(const v1::StackDump& d) override {
+    Add([&](Events& e) { e.dumps.push_back(d); });
   }
 
   // Waits until `pred(events)` holds or `timeout` passes; returns whether it holds.

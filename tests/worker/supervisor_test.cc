@@ -144,7 +144,8 @@ TEST_F(SupervisorTest, EnvironmentIsExactlyTheContract) {
       got[line.substr(0, eq)] = line.substr(eq + 1);
     }
     got.erase("PWD");  // added by the shell itself
-    std::map<std::string, std::string> expected = BuildRankEnvironment(a, a.ranks(rank), paths);
+    std::map<std::string, std::string> expected =
+        BuildRankEnvironment(a, a.ranks(rank), paths, 30'000);
     expected["PATH"] = "/usr/bin:/bin";
     EXPECT_EQ(got, expected);
     EXPECT_EQ(got["LOOM_RANK"], absl::StrCat(rank));
@@ -169,13 +170,14 @@ TEST_F(SupervisorTest, StdoutBecomesLogsAndProgressBecomesSteps) {
   const Events e = recorder_.Snapshot();
   EXPECT_THAT(e.Lines("jobs/logs", 0, "stdout"), ElementsAre("out1", "out2", "no newline at end"));
   EXPECT_THAT(e.Lines("jobs/logs", 0, "stderr"), ElementsAre("err1"));
-  ASSERT_EQ(e.steps.size(), 2u);
+  ASSERT_EQ(e.steps.size(), 3u);
   EXPECT_EQ(e.steps[0].job(), "jobs/logs");
   EXPECT_EQ(e.steps[0].generation(), 1);
   EXPECT_EQ(e.steps[0].rank(), 0);  // from the worker, not from the line
   EXPECT_EQ(e.steps[0].step(), 1);
   EXPECT_DOUBLE_EQ(e.steps[0].loss(), 2.5);
-  EXPECT_TRUE(e.steps[1].has_val_loss());
+  EXPECT_TRUE(e.steps[1].checkpoint());
+  EXPECT_TRUE(e.steps[2].has_val_loss());
   ASSERT_EQ(e.statuses.size(), 3u);
   EXPECT_EQ(e.statuses[0].phase(), v1::RANK_PHASE_STARTING);
   EXPECT_EQ(e.statuses[1].phase(), v1::RANK_PHASE_RUNNING);
@@ -257,6 +259,59 @@ TEST_F(SupervisorTest, CancelStopsEveryRank) {
     EXPECT_THAT(st->message(), HasSubstr("cancelled: user asked"));
   }
   EXPECT_THAT(s.RunningJobs(), IsEmpty());
+}
+
+// loomd's progress watchdog asks for stacks: a rank that answers SIGUSR1 (as loom-train does)
+// has its dump captured from stderr; a stopped rank (SIGSTOP) is reported at once as not
+// answering, with its process state T.
+TEST_F(SupervisorTest, StackDumpsAreCapturedAndAStoppedRankIsReported) {
+  Supervisor& s = Start(R"sh(
+    trap 'echo "loom-train: stack dump (SIGUSR1), pid $$" >&2; echo "#0 Train()" >&2
+          echo "last collectives: all_reduce #3" >&2; echo "loom-train: end of stack dump" >&2' USR1
+    echo started >&2
+    if [ "$LOOM_RANK" = 1 ]; then kill -STOP $$; fi
+    while :; do sleep 0.05; done)sh");
+  s.Assign(Job("dump", 1, 2));
+  ASSERT_TRUE(recorder_.WaitFor(
+      [](const Events& e) {
+        return e.Lines("jobs/dump", 0, "stderr").size() == 1 &&
+               e.Lines("jobs/dump", 1, "stderr").size() == 1;
+      },
+      absl::Seconds(10)));
+  absl::SleepFor(absl::Milliseconds(200));  // rank 1 stops itself right after its line
+  s.DumpStacks("jobs/dump", 2);             // another generation: ignored
+  s.DumpStacks("jobs/dump", 1);
+  ASSERT_TRUE(
+      recorder_.WaitFor([](const Events& e) { return e.dumps.size() >= 2; }, absl::Seconds(10)));
+  const Events e = recorder_.Snapshot();
+  ASSERT_EQ(e.dumps.size(), 2u);
+  const v1::StackDump& stopped = e.dumps[0].rank() == 1 ? e.dumps[0] : e.dumps[1];
+  const v1::StackDump& answered = e.dumps[0].rank() == 0 ? e.dumps[0] : e.dumps[1];
+  EXPECT_FALSE(stopped.answered());
+  EXPECT_EQ(stopped.proc_state(), "T");
+  EXPECT_GT(stopped.pid(), 0);
+  EXPECT_TRUE(answered.answered());
+  EXPECT_EQ(answered.generation(), 1);
+  EXPECT_THAT(answered.text(), HasSubstr("last collectives: all_reduce #3"));
+  EXPECT_THAT(answered.text(), HasSubstr("loom-train: end of stack dump"));
+  // The dump is in the logs too, and the rank runs on.
+  EXPECT_THAT(e.Lines("jobs/dump", 0, "stderr"), ::testing::Contains("#0 Train()"));
+  EXPECT_EQ(e.CountExits("jobs/dump"), 0);
+}
+
+// A node that cannot create the job's directory says so with errno (loomd then avoids it for
+// the job, and marks it unhealthy when the disk is full).
+TEST_F(SupervisorTest, APrepareFailureIsReportedWithItsError) {
+  Supervisor& s = Start("exit 0");
+  std::ofstream(dir_ + "/jobs") << "a file where the jobs directory should be";
+  s.Assign(Job("prep", 1, 1));
+  ASSERT_TRUE(WaitExits("jobs/prep", 1));
+  const Events e = recorder_.Snapshot();
+  const v1::RankStatus* st = e.Exit("jobs/prep", 0);
+  ASSERT_NE(st, nullptr);
+  EXPECT_EQ(st->exit_class(), v1::EXIT_CLASS_RETRYABLE);
+  EXPECT_THAT(st->prepare_error(), HasSubstr("Not a directory (errno 20)"));
+  EXPECT_FALSE(st->no_space());
 }
 
 TEST_F(SupervisorTest, RankIgnoringSigtermIsKilledAfterTheGrace) {

@@ -45,7 +45,10 @@ TEST(LineSplitterTest, CutsOverlongLinesAndDropsTheirTail) {
 
 TEST(LineSplitterTest, RepairsInvalidUtf8) {
   EXPECT_EQ(SanitizeUtf8("ok \xC3\xA9"), "ok \xC3\xA9");
-  EXPECT_EQ(SanitizeUtf8("a\xFF" "b"), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(SanitizeUtf8("a\xFF"
+                         "b"),
+            "a\xEF\xBF\xBD"
+            "b");
   EXPECT_EQ(SanitizeUtf8("\xE2\x82"), "\xEF\xBF\xBD\xEF\xBF\xBD");  // truncated sequence
   EXPECT_EQ(SanitizeUtf8("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate
   LineSplitter s(3);
@@ -81,19 +84,25 @@ TEST(ProgressParserTest, EvalLineAndOtherEvents) {
   EXPECT_TRUE((*eval)->has_val_loss());
   EXPECT_DOUBLE_EQ((*eval)->val_loss(), 3.2);
   EXPECT_EQ((*eval)->step(), 50);
+  // Checkpoints are forwarded (loomd's watchdog counts them as progress), other events are not.
   auto ckpt = ParseProgressLine(R"({"event":"checkpoint","rank":0,"step":100,"dir":"x"})");
-  ASSERT_TRUE(ckpt.ok());
-  EXPECT_FALSE(ckpt->has_value());
+  ASSERT_TRUE(ckpt.ok() && ckpt->has_value());
+  EXPECT_TRUE((*ckpt)->checkpoint());
+  EXPECT_EQ((*ckpt)->step(), 100);
+  EXPECT_FALSE((*ckpt)->has_val_loss());
+  auto other = ParseProgressLine(R"({"event":"resume","rank":0,"step":100})");
+  ASSERT_TRUE(other.ok());
+  EXPECT_FALSE(other->has_value());
 }
 
 TEST(ProgressParserTest, MalformedLinesAreErrors) {
-  for (const char* line : {"", "not json", "[1,2]", "42", R"({"step":1})", R"({"event":3})",
-                           R"({"event":"step"})", R"({"event":"step","step":-1})",
-                           R"({"event":"step","step":1.5})", R"({"event":"step","step":"7"})",
-                           R"({"event":"step","step":1,"loss":"x"})",
-                           R"({"event":"step","step":1,"phases":[1]})",
-                           R"({"event":"step","step":1,"phases":{"a":"b"}})",
-                           R"({"event":"eval","step":1})", R"({"event":"step","step":1e300})"}) {
+  for (const char* line :
+       {"", "not json", "[1,2]", "42", R"({"step":1})", R"({"event":3})", R"({"event":"step"})",
+        R"({"event":"step","step":-1})", R"({"event":"step","step":1.5})",
+        R"({"event":"step","step":"7"})", R"({"event":"step","step":1,"loss":"x"})",
+        R"({"event":"step","step":1,"phases":[1]})",
+        R"({"event":"step","step":1,"phases":{"a":"b"}})", R"({"event":"eval","step":1})",
+        R"({"event":"step","step":1e300})"}) {
     EXPECT_FALSE(ParseProgressLine(line).ok()) << line;
   }
 }
@@ -301,8 +310,7 @@ TEST(AssignmentValidatorTest, RefusesBadOnesNamingTheField) {
     c.mutate(a);
     absl::Status st = ValidateAssignment(a, CpuDevices(2));
     EXPECT_TRUE(absl::IsInvalidArgument(st)) << c.field;
-    EXPECT_THAT(std::string(st.message()), HasSubstr(std::string("assignment.") + c.field))
-        << st;
+    EXPECT_THAT(std::string(st.message()), HasSubstr(std::string("assignment.") + c.field)) << st;
   }
 }
 
@@ -327,6 +335,8 @@ TEST(RankEnvironmentTest, HasExactlyTheContractVariablesPlusSpecEnv) {
       {"LOOM_CHECKPOINT_DIR", "/w/jobs/abc-1/checkpoints"},
       {"LOOM_WORK_DIR", "/w/jobs/abc-1"},
       {"LOOM_PROGRESS_FD", "3"},
+      {"LOOM_FENCE_FD", "5"},
+      {"LOOM_FENCE_TIMEOUT_MS", "30000"},
   };
   EXPECT_EQ(env, expected);
 }
@@ -345,9 +355,9 @@ TEST(RankEnvironmentTest, LayoutCarriesStagesScheduleAndZeroWhenSet) {
 }
 
 TEST(RankEnvironmentTest, InheritsOnlyListedNames) {
-  auto env = InheritedEnvironment({"PATH=/bin", "NCCL_DEBUG=INFO", "SECRET=x", "LOOM_RANK=1",
-                                   "PATHX=1", "broken"},
-                                  {"PATH", "NCCL_*", "LOOM_*"});
+  auto env = InheritedEnvironment(
+      {"PATH=/bin", "NCCL_DEBUG=INFO", "SECRET=x", "LOOM_RANK=1", "PATHX=1", "broken"},
+      {"PATH", "NCCL_*", "LOOM_*"});
   const std::map<std::string, std::string> expected = {{"NCCL_DEBUG", "INFO"}, {"PATH", "/bin"}};
   EXPECT_EQ(env, expected);
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -75,14 +76,23 @@ absl::StatusOr<LaunchedProcess> Launch(const LaunchRequest& request) {
 
   // [0] read end (parent), [1] write end (child). All close-on-exec until dup2'd in the child.
   int out[2] = {-1, -1}, err[2] = {-1, -1}, prog[2] = {-1, -1}, exec_err[2] = {-1, -1};
+  // The fence runs the other way: [0] the child's end (fd 5), [1] the parent's. A socket pair
+  // rather than a pipe, so that the worker writes with MSG_NOSIGNAL (no SIGPIPE when the rank
+  // has gone).
+  int fence[2] = {-1, -1};
   int devnull = -1;
   auto close_all = [&] {
-    for (int* p : {out, err, prog, exec_err}) {
+    for (int* p : {out, err, prog, exec_err, fence}) {
       CloseIfOpen(p[0]);
       CloseIfOpen(p[1]);
     }
     CloseIfOpen(devnull);
   };
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fence) != 0) {
+    const int e = errno;
+    close_all();
+    return absl::ResourceExhaustedError(absl::StrCat("socketpair: ", ErrnoText(e)));
+  }
   for (int* p : {out, err, prog, exec_err}) {
     if (::pipe2(p, O_CLOEXEC) != 0) {
       const int e = errno;
@@ -128,8 +138,8 @@ absl::StatusOr<LaunchedProcess> Launch(const LaunchRequest& request) {
     for (int sig = 1; sig < NSIG; ++sig) {
       if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, nullptr);
     }
-    // Move the five fds above the target range first so dup2 cannot clobber one of them.
-    int src[5] = {devnull, out[1], err[1], prog[1], exec_err[1]};
+    // Move the six fds above the target range first so dup2 cannot clobber one of them.
+    int src[6] = {devnull, out[1], err[1], prog[1], exec_err[1], fence[0]};
     for (int& fd : src) {
       fd = ::fcntl(fd, F_DUPFD_CLOEXEC, 10);
       if (fd < 0) ChildFail(report, kStepSetup);
@@ -138,8 +148,9 @@ absl::StatusOr<LaunchedProcess> Launch(const LaunchRequest& request) {
       if (::dup2(src[target], target) < 0) ChildFail(src[4], kStepSetup);
     }
     if (::dup3(src[4], 4, O_CLOEXEC) < 0) ChildFail(src[4], kStepSetup);
-    if (::close_range(5, ~0U, 0) != 0) {
-      for (int fd = 5; fd < max_fd; ++fd) ::close(fd);
+    if (::dup2(src[5], 5) < 0) ChildFail(4, kStepSetup);
+    if (::close_range(6, ~0U, 0) != 0) {
+      for (int fd = 6; fd < max_fd; ++fd) ::close(fd);
     }
     if (cwd != nullptr && ::chdir(cwd) != 0) ChildFail(4, kStepChdir);
     ::execve(program, argv.data(), envp.data());
@@ -150,6 +161,7 @@ absl::StatusOr<LaunchedProcess> Launch(const LaunchRequest& request) {
   // scheduling order (EACCES after the child's exec or ESRCH after its exit are harmless).
   ::setpgid(pid, pid);
   for (int* p : {out, err, prog, exec_err}) CloseIfOpen(p[1]);
+  CloseIfOpen(fence[0]);
   CloseIfOpen(devnull);
 
   ChildError child_error{0, 0};
@@ -167,6 +179,7 @@ absl::StatusOr<LaunchedProcess> Launch(const LaunchRequest& request) {
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
     for (int* p : {out, err, prog}) CloseIfOpen(p[0]);
+    CloseIfOpen(fence[1]);
     const char* step = child_error.step == kStepChdir  ? "chdir "
                        : child_error.step == kStepExec ? "exec "
                        : child_error.step == kStepUser ? "switch to the rank user for "
@@ -180,7 +193,8 @@ absl::StatusOr<LaunchedProcess> Launch(const LaunchRequest& request) {
   launched.stdout_fd = out[0];
   launched.stderr_fd = err[0];
   launched.progress_fd = prog[0];
-  for (int fd : {out[0], err[0], prog[0]}) {
+  launched.fence_fd = fence[1];
+  for (int fd : {out[0], err[0], prog[0], fence[1]}) {
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
   }
   return launched;

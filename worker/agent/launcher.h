@@ -49,6 +49,11 @@ struct LaunchedProcess {
   int stdout_fd = -1;
   int stderr_fd = -1;
   int progress_fd = -1;
+  // The worker's end of the fence (a Unix socket pair; non-blocking, close-on-exec), whose other
+  // end the rank has as fd 5 (LOOM_FENCE_FD): the worker writes a byte about every second, and a
+  // rank that hears nothing for LOOM_FENCE_TIMEOUT_MS stops itself (its worker is frozen or
+  // gone).
+  int fence_fd = -1;
 };
 
 // Starts the program. Errors:

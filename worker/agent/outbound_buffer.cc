@@ -27,6 +27,12 @@ void OutboundBuffer::OnLogChunk(const loom::v1::LogChunk& chunk) {
   Push(std::move(m));
 }
 
+void OutboundBuffer::OnStackDump(const loom::v1::StackDump& dump) {
+  loom::v1::WorkerMessage m;
+  *m.mutable_stack_dump() = dump;
+  Push(std::move(m));  // queued with the statuses: never dropped
+}
+
 void OutboundBuffer::Push(loom::v1::WorkerMessage message) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -86,8 +92,7 @@ void OutboundBuffer::MarkSent(const loom::v1::WorkerMessage& message) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     --in_flight_;
-    if (message.has_rank_status() &&
-        message.rank_status().phase() == loom::v1::RANK_PHASE_EXITED) {
+    if (message.has_rank_status() && message.rank_status().phase() == loom::v1::RANK_PHASE_EXITED) {
       sent_exits_.push_back(message.rank_status());
       while (sent_exits_.size() > limits_.max_resend_exits) sent_exits_.pop_front();
     }

@@ -39,6 +39,7 @@ class OutboundBuffer final : public RankEventSink {
   void OnRankStatus(const loom::v1::RankStatus& status) override;
   void OnStepReport(const loom::v1::StepReport& report) override;
   void OnLogChunk(const loom::v1::LogChunk& chunk) override;
+  void OnStackDump(const loom::v1::StackDump& dump) override;
 
   // Appends any message (rank_status, step or logs; others are queued with the statuses).
   void Push(loom::v1::WorkerMessage message);
@@ -75,8 +76,8 @@ class OutboundBuffer final : public RankEventSink {
   // One queue per kind, merged by sequence number on Pop so the overall order is preserved.
   std::deque<Entry> statuses_, steps_, logs_;
   size_t log_bytes_ = 0;
-  int64_t next_seq_ = 1;    // for the back
-  int64_t front_seq_ = 0;   // for the front: decreasing
+  int64_t next_seq_ = 1;   // for the back
+  int64_t front_seq_ = 0;  // for the front: decreasing
   int in_flight_ = 0;
   int64_t dropped_logs_ = 0, dropped_steps_ = 0;
   std::deque<loom::v1::RankStatus> sent_exits_;

@@ -75,14 +75,13 @@ absl::Status ReadDevice(const Struct& s, std::string* out) {
 
 absl::StatusOr<std::optional<loom::v1::StepReport>> ParseProgressLine(std::string_view line) {
   if (line.size() > kMaxLineBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("progress line of ", line.size(),
-                                                   " bytes exceeds ", kMaxLineBytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("progress line of ", line.size(), " bytes exceeds ", kMaxLineBytes));
   }
   Struct obj;
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = true;
-  const auto parsed =
-      google::protobuf::util::JsonStringToMessage(std::string(line), &obj, options);
+  const auto parsed = google::protobuf::util::JsonStringToMessage(std::string(line), &obj, options);
   if (!parsed.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("progress line is not a JSON object: ", std::string(parsed.message())));
@@ -92,7 +91,9 @@ absl::StatusOr<std::optional<loom::v1::StepReport>> ParseProgressLine(std::strin
     return absl::InvalidArgumentError("progress line has no string field \"event\"");
   }
   const std::string& kind = event->string_value();
-  if (kind != "step" && kind != "eval") return std::optional<loom::v1::StepReport>();
+  if (kind != "step" && kind != "eval" && kind != "checkpoint") {
+    return std::optional<loom::v1::StepReport>();
+  }
 
   loom::v1::StepReport report;
   int64_t step = 0, total_steps = 0;
@@ -105,6 +106,11 @@ absl::StatusOr<std::optional<loom::v1::StepReport>> ParseProgressLine(std::strin
   report.set_step(step);
   report.set_total_steps(total_steps);
 
+  if (kind == "checkpoint") {
+    // Progress for loomd's watchdog: a checkpoint of `step` was written.
+    report.set_checkpoint(true);
+    return std::optional<loom::v1::StepReport>(std::move(report));
+  }
   if (kind == "eval") {
     double val_loss = 0;
     if (Find(obj, "val_loss") == nullptr) {
@@ -118,10 +124,9 @@ absl::StatusOr<std::optional<loom::v1::StepReport>> ParseProgressLine(std::strin
 
   double loss = 0, lr = 0, grad_norm = 0, tps = 0, step_seconds = 0;
   uint64_t memory = 0, peak = 0;
-  for (auto [key, out] : {std::pair{"loss", &loss}, std::pair{"lr", &lr},
-                          std::pair{"grad_norm", &grad_norm},
-                          std::pair{"tokens_per_second", &tps},
-                          std::pair{"step_seconds", &step_seconds}}) {
+  for (auto [key, out] :
+       {std::pair{"loss", &loss}, std::pair{"lr", &lr}, std::pair{"grad_norm", &grad_norm},
+        std::pair{"tokens_per_second", &tps}, std::pair{"step_seconds", &step_seconds}}) {
     if (absl::Status e = ReadDouble(obj, key, out); !e.ok()) return e;
   }
   if (absl::Status e = ReadBytes(obj, "memory_bytes", &memory); !e.ok()) return e;

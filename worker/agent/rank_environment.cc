@@ -20,10 +20,10 @@ std::string FormatLayout(const loom::v1::Layout &l) {
   return out;
 }
 
-std::map<std::string, std::string>
-BuildRankEnvironment(const loom::v1::Assignment &a,
-                     const loom::v1::RankAssignment &rank,
-                     const RankPaths &paths) {
+std::map<std::string, std::string> BuildRankEnvironment(const loom::v1::Assignment &a,
+                                                        const loom::v1::RankAssignment &rank,
+                                                        const RankPaths &paths,
+                                                        int64_t fence_timeout_ms) {
   std::map<std::string, std::string> env;
   for (const auto &[name, value] : a.spec().env())
     env[name] = value;
@@ -46,6 +46,8 @@ BuildRankEnvironment(const loom::v1::Assignment &a,
   env["LOOM_CHECKPOINT_DIR"] = paths.checkpoint_dir;
   env["LOOM_WORK_DIR"] = paths.work_dir;
   env["LOOM_PROGRESS_FD"] = absl::StrCat(kProgressFd);
+  env["LOOM_FENCE_FD"] = absl::StrCat(kFenceFd);
+  env["LOOM_FENCE_TIMEOUT_MS"] = absl::StrCat(fence_timeout_ms);
   return env;
 }
 

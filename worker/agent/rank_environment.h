@@ -9,6 +9,7 @@
 // Threading: pure functions, thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -26,14 +27,18 @@ struct RankPaths {
 
 // The fd number on which ranks write progress lines.
 inline constexpr int kProgressFd = 3;
+// The read end of the fence pipe (launcher.h): a rank that hears nothing on it for
+// LOOM_FENCE_TIMEOUT_MS stops itself, its worker being frozen or gone.
+inline constexpr int kFenceFd = 5;
+inline constexpr int64_t kDefaultFenceTimeoutMs = 30'000;
 
 // "data=D,tensor=T,pipeline=P,micro_batch=M,num_micro_batches=K"
 std::string FormatLayout(const loom::v1::Layout& layout);
 
 // The contract variables plus spec.env. `assignment` must have passed ValidateAssignment.
-std::map<std::string, std::string> BuildRankEnvironment(const loom::v1::Assignment& assignment,
-                                                        const loom::v1::RankAssignment& rank,
-                                                        const RankPaths& paths);
+std::map<std::string, std::string> BuildRankEnvironment(
+    const loom::v1::Assignment& assignment, const loom::v1::RankAssignment& rank,
+    const RankPaths& paths, int64_t fence_timeout_ms = kDefaultFenceTimeoutMs);
 
 // Selects from `environ_entries` ("NAME=value" strings) those whose name is listed in `inherit`
 // or matches a listed prefix written with a trailing '*' (e.g. "NCCL_*").

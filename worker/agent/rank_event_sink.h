@@ -16,6 +16,8 @@ class RankEventSink {
   virtual void OnRankStatus(const loom::v1::RankStatus& status) = 0;
   virtual void OnStepReport(const loom::v1::StepReport& report) = 0;
   virtual void OnLogChunk(const loom::v1::LogChunk& chunk) = 0;
+  // A rank's answer to DumpStacks (after the log lines of its dump).
+  virtual void OnStackDump(const loom::v1::StackDump& dump) = 0;
 };
 
 }  // namespace loom::worker

@@ -93,8 +93,8 @@ void SessionClient::Run() {
     if (established) backoff = options_.backoff_initial;
     // Log a repeated failure once, not at every retry.
     if (established || st.ToString() != last_error.ToString()) {
-      LOOM_LOG(WARNING) << "session with loomd at " << options_.coordinator
-                        << " ended: " << st << "; reconnecting (backoff up to "
+      LOOM_LOG(WARNING) << "session with loomd at " << options_.coordinator << " ended: " << st
+                        << "; reconnecting (backoff up to "
                         << absl::FormatDuration(options_.backoff_max) << ")";
     }
     last_error = st;
@@ -176,6 +176,8 @@ absl::Status SessionClient::RunOnce(bool* established) {
         if (callbacks_.on_assign) callbacks_.on_assign(std::move(*message.mutable_assign()));
       } else if (message.has_cancel()) {
         if (callbacks_.on_cancel) callbacks_.on_cancel(message.cancel());
+      } else if (message.has_dump_stacks()) {
+        if (callbacks_.on_dump_stacks) callbacks_.on_dump_stacks(message.dump_stacks());
       } else {
         LOOM_LOG(WARNING) << "session: ignoring a coordinator message of unknown kind";
       }

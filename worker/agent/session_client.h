@@ -14,6 +14,8 @@
 // second thread reads it. Stop() and the accessors are thread-safe.
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <functional>
@@ -22,8 +24,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -38,6 +38,7 @@ struct SessionCallbacks {
   // Called on the reader thread for each message from loomd; must return quickly.
   std::function<void(loom::v1::Assignment)> on_assign;
   std::function<void(const loom::v1::CancelAssignment&)> on_cancel;
+  std::function<void(const loom::v1::DumpStacks&)> on_dump_stacks;
 };
 
 struct SessionOptions {

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -25,6 +26,7 @@
 #include "worker/agent/progress_parser.h"
 #include "worker/agent/rank_environment.h"
 #include "worker/agent/rank_exit.h"
+#include "worker/agent/stack_dump_capture.h"
 
 namespace loom::worker {
 namespace {
@@ -62,31 +64,41 @@ void FillTopLevelMessages(google::protobuf::Message* m) {
 // Writes `content` to `path` through a temp file and a rename, so a reader never sees half.
 // The job's work dir belongs to the rank user once ranks ran there, so whatever a rank left at
 // `tmp` (e.g. a symbolic link to a system file) is removed first and the file is created anew,
-// never followed: the worker may be root.
-absl::Status WriteFileAtomically(const std::string& path, const std::string& content) {
+// never followed: the worker may be root. On failure *error_number is the errno (0 when
+// unknown).
+absl::Status WriteFileAtomically(const std::string& path, const std::string& content,
+                                 int* error_number) {
   const std::string tmp = path + ".tmp";
   if (::unlink(tmp.c_str()) != 0 && errno != ENOENT) {
+    *error_number = errno;
     return absl::InternalError(absl::StrCat("unlink ", tmp, ": ", ErrnoText(errno)));
   }
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::InternalError(absl::StrCat("create ", tmp, ": ", ErrnoText(errno)));
-  size_t written = 0;
-  while (written < content.size()) {
-    const ssize_t n = ::write(fd, content.data() + written, content.size() - written);
+  if (fd < 0) {
+    *error_number = errno;
+    return absl::InternalError(absl::StrCat("create ", tmp, ": ", ErrnoText(errno)));
+  }
+  size_t done = 0;
+  while (done < content.size()) {
+    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      const int err = n < 0 ? errno : EIO;
+      *error_number = n < 0 ? errno : ENOSPC;
       ::close(fd);
-      return absl::InternalError(absl::StrCat("write ", tmp, ": ", ErrnoText(err)));
+      ::unlink(tmp.c_str());
+      return absl::InternalError(absl::StrCat("write ", tmp, ": ", ErrnoText(*error_number)));
     }
-    written += static_cast<size_t>(n);
+    done += static_cast<size_t>(n);
   }
   if (::close(fd) != 0) {
-    return absl::InternalError(absl::StrCat("close ", tmp, ": ", ErrnoText(errno)));
+    *error_number = errno;
+    ::unlink(tmp.c_str());
+    return absl::InternalError(absl::StrCat("close ", tmp, ": ", ErrnoText(*error_number)));
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return absl::InternalError(absl::StrCat("rename ", tmp, ": ", ec.message()));
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    *error_number = errno;
+    return absl::InternalError(absl::StrCat("rename ", tmp, ": ", ErrnoText(*error_number)));
+  }
   return absl::OkStatus();
 }
 
@@ -111,6 +123,9 @@ struct Supervisor::Rank {
   std::string last_stderr;
   int malformed_progress = 0;
   std::optional<loom::v1::RankStatus> final_status;
+  std::optional<StackDumpCapture> dump;  // a stack dump asked for and not yet reported
+  int fence_fd = -1;                     // the worker's end of the rank's fence
+  absl::Time next_fence;                 // when the next byte goes on it
 };
 
 struct Supervisor::Job {
@@ -163,6 +178,11 @@ void Supervisor::Assign(loom::v1::Assignment assignment) {
   Post(Command{Command::kAssign, std::move(assignment), "", 0, ""});
 }
 
+void Supervisor::DumpStacks(const std::string& job, int64_t generation) {
+  Command c{Command::kDumpStacks, {}, job, generation, ""};
+  Post(std::move(c));
+}
+
 void Supervisor::Cancel(const std::string& job, int64_t generation, const std::string& reason) {
   Post(Command{Command::kCancel, {}, job, generation, reason});
 }
@@ -210,6 +230,9 @@ void Supervisor::Loop() {
           break;
         case Command::kCancel:
           HandleCancel(c);
+          break;
+        case Command::kDumpStacks:
+          HandleDumpStacks(c);
           break;
         case Command::kShutdown:
           if (!shutting_down_) {
@@ -260,6 +283,8 @@ void Supervisor::Loop() {
         if (!rank->stop_reason.empty() && !rank->killed) {
           wake_at = std::min(wake_at, rank->kill_deadline);
         }
+        if (rank->dump.has_value()) wake_at = std::min(wake_at, rank->dump->deadline);
+        if (rank->fence_fd >= 0) wake_at = std::min(wake_at, rank->next_fence);
       }
     }
     const int timeout_ms = static_cast<int>(
@@ -312,6 +337,15 @@ void Supervisor::Loop() {
             FlushLogs(*job, *rank, which);
           }
         }
+        if (rank->dump.has_value() && after >= rank->dump->deadline) {
+          FinishDump(*job, *rank, /*answered=*/false);
+        }
+        if (rank->fence_fd >= 0 && after >= rank->next_fence) {
+          // "The worker lives." A full buffer (a rank that does not read it) or a gone rank is
+          // fine: only silence matters to the rank.
+          (void)::send(rank->fence_fd, "\n", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+          rank->next_fence = after + options_.fence_interval;
+        }
       }
     }
   }
@@ -363,8 +397,45 @@ void Supervisor::HandleCancel(const Command& c) {
   if (c.generation == 0 || c.generation == job.assignment.generation()) StopJob(job, reason);
 }
 
+void Supervisor::HandleDumpStacks(const Command& c) {
+  auto it = jobs_.find(c.job);
+  if (it == jobs_.end() || it->second->assignment.generation() != c.generation) return;
+  Job& job = *it->second;
+  LOOM_LOG(WARNING) << "supervisor: loomd finds " << c.job << " generation " << c.generation
+                    << " hung; asking its ranks for their stacks";
+  for (auto& rank : job.ranks) {
+    if (!rank->alive || rank->dump.has_value()) continue;
+    rank->dump.emplace();
+    rank->dump->deadline = absl::Now() + options_.stack_dump_wait;
+    const std::string state = ProcState(rank->pid);
+    // A stopped process cannot answer until continued; a zombie never will.
+    if (state == "T" || state == "t" || state == "Z" || ::kill(rank->pid, SIGUSR1) != 0) {
+      FinishDump(job, *rank, /*answered=*/false);
+    }
+  }
+}
+
+void Supervisor::FinishDump(const Job& job, Rank& rank, bool answered) {
+  if (!rank.dump.has_value()) return;
+  loom::v1::StackDump d;
+  d.set_job(job.assignment.job());
+  d.set_generation(job.assignment.generation());
+  d.set_rank(rank.assignment.rank());
+  d.set_pid(rank.pid);
+  d.set_answered(answered);
+  d.set_proc_state(rank.alive ? ProcState(rank.pid) : "exited");
+  d.set_text(std::move(rank.dump->text));
+  rank.dump.reset();
+  if (!answered) {
+    LOOM_LOG(WARNING) << "supervisor: " << d.job() << " rank " << d.rank() << " (pid " << d.pid()
+                      << ") did not answer the stack dump; process state " << d.proc_state();
+  }
+  sink_->OnStackDump(d);
+}
+
 void Supervisor::FailAssignment(const loom::v1::Assignment& a, loom::v1::ExitClass exit_class,
-                                const std::string& message) {
+                                const std::string& message, const std::string& prepare_error,
+                                bool no_space) {
   Finished finished{a.job(), a.generation(), {}};
   std::vector<int> ranks;
   for (const auto& r : a.ranks()) {
@@ -380,6 +451,8 @@ void Supervisor::FailAssignment(const loom::v1::Assignment& a, loom::v1::ExitCla
     s.set_exit_code(-1);
     s.set_exit_class(exit_class);
     s.set_message(message);
+    s.set_prepare_error(prepare_error);
+    s.set_no_space(no_space);
     finished.statuses.push_back(s);
     EmitExit(std::move(s));
   }
@@ -444,6 +517,7 @@ void Supervisor::LaunchJob(loom::v1::Assignment a) {
   print.always_print_primitive_fields = true;
   print.add_whitespace = true;
   absl::Status prepared = absl::OkStatus();
+  int prepare_errno = 0;
   if (auto st = google::protobuf::util::MessageToJsonString(spec, &spec_json, print); !st.ok()) {
     prepared = absl::InternalError(absl::StrCat("spec to JSON: ", std::string(st.message())));
   }
@@ -451,15 +525,22 @@ void Supervisor::LaunchJob(loom::v1::Assignment a) {
   for (const std::string& dir : {paths.work_dir, paths.checkpoint_dir}) {
     if (!prepared.ok()) break;
     std::filesystem::create_directories(dir, ec);
-    if (ec) prepared = absl::InternalError(absl::StrCat("mkdir ", dir, ": ", ec.message()));
+    if (ec) {
+      prepare_errno = ec.value();
+      prepared = absl::InternalError(
+          absl::StrCat("mkdir ", dir, ": ", ec.message(), " (errno ", ec.value(), ")"));
+    }
   }
-  if (prepared.ok()) prepared = WriteFileAtomically(paths.spec_file, spec_json);
+  if (prepared.ok()) prepared = WriteFileAtomically(paths.spec_file, spec_json, &prepare_errno);
   if (prepared.ok()) prepared = GiveToRankUser(paths);
   if (!prepared.ok()) {
-    // The node's disk, not the job: worth retrying elsewhere.
+    // The node's disk, not the job: loomd re-places the gang elsewhere (without spending a
+    // restart) and, when the disk is full, marks this node unhealthy.
     LOOM_LOG(ERROR) << "supervisor: cannot prepare " << a.job() << ": " << prepared.message();
     FailAssignment(a, loom::v1::EXIT_CLASS_RETRYABLE,
-                   absl::StrCat("preparing the job directory: ", prepared.message()));
+                   absl::StrCat("preparing the job directory: ", prepared.message()),
+                   std::string(prepared.message()),
+                   prepare_errno == ENOSPC || prepare_errno == EDQUOT);
     return;
   }
 
@@ -499,7 +580,10 @@ void Supervisor::LaunchJob(loom::v1::Assignment a) {
     request.program = options_.rank_program;
     request.args = options_.rank_args;
     request.env = options_.inherited_env;
-    for (auto& [k, v] : BuildRankEnvironment(as, rank->assignment, paths)) request.env[k] = v;
+    for (auto& [k, v] : BuildRankEnvironment(as, rank->assignment, paths,
+                                             absl::ToInt64Milliseconds(options_.fence_timeout))) {
+      request.env[k] = v;
+    }
     request.cwd = paths.work_dir;
     request.switch_user = options_.rank_user.switch_user;
     request.uid = options_.rank_user.uid;
@@ -526,6 +610,8 @@ void Supervisor::LaunchJob(loom::v1::Assignment a) {
     }
     rank->pid = launched->pid;
     rank->fds = {launched->stdout_fd, launched->stderr_fd, launched->progress_fd};
+    rank->fence_fd = launched->fence_fd;
+    rank->next_fence = absl::Now();
     rank->pidfd = PidfdOpen(rank->pid);  // -1 (ENOSYS...) falls back to waitid polling
     if (rank->pidfd >= 0) ::fcntl(rank->pidfd, F_SETFD, FD_CLOEXEC);
     rank->alive = true;
@@ -602,12 +688,17 @@ void Supervisor::OnLine(Job& job, Rank& rank, int which, std::string line) {
     rank.last_stderr = line.substr(0, kMaxMessageTailBytes);
     rank.last_stderr = SanitizeUtf8(rank.last_stderr);  // the cut may split a character
   }
+  const bool dump_ended = which == kStderr && rank.dump.has_value() && rank.dump->OnLine(line);
   if (rank.batch[which].empty()) rank.batch_start[which] = absl::Now();
   rank.batch_bytes[which] += line.size();
   rank.batch[which].push_back(std::move(line));
   if (rank.batch[which].size() >= static_cast<size_t>(options_.log_batch_max_lines) ||
       rank.batch_bytes[which] >= options_.log_batch_max_bytes) {
     FlushLogs(job, rank, which);
+  }
+  if (dump_ended) {
+    FlushLogs(job, rank, which);  // the dump's lines go up before its answer
+    FinishDump(job, rank, /*answered=*/true);
   }
 }
 
@@ -639,7 +730,10 @@ void Supervisor::Reap(Job& job, Rank& rank) {
   FlushLogs(job, rank, kStderr);
   if (rank.pidfd >= 0) ::close(rank.pidfd);
   rank.pidfd = -1;
+  if (rank.fence_fd >= 0) ::close(rank.fence_fd);
+  rank.fence_fd = -1;
   rank.alive = false;
+  FinishDump(job, rank, /*answered=*/false);
   running_ranks_.fetch_sub(1);
 
   const RankExit exit = ClassifyExit(status, rank.stop_reason, rank.last_stderr);

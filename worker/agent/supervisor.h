@@ -70,6 +70,12 @@ struct SupervisorOptions {
   int log_batch_max_lines = 256;
   size_t log_batch_max_bytes = 256 * 1024;
   absl::Duration log_flush_interval = absl::Milliseconds(200);
+  // Self-fencing (launcher.h): a byte on each rank's fence every fence_interval; a rank that
+  // hears nothing for fence_timeout (LOOM_FENCE_TIMEOUT_MS) stops itself.
+  absl::Duration fence_interval = absl::Seconds(1);
+  absl::Duration fence_timeout = absl::Seconds(30);
+  // How long a rank has to write its stack dump after SIGUSR1.
+  absl::Duration stack_dump_wait = absl::Milliseconds(1500);
   // How many finished (job, generation) outcomes are remembered for idempotent re-assignment.
   size_t finished_history = 256;
 };
@@ -104,6 +110,12 @@ class Supervisor {
   // drops a queued newer generation it names. Unknown jobs are ignored. Thread-safe, non-blocking.
   void Cancel(const std::string& job, int64_t generation, const std::string& reason);
 
+  // Asks every live rank of (job, generation) for its stacks (SIGUSR1) and reports each one's
+  // answer, or that it did not answer within `stack_dump_wait` and its /proc state, through
+  // RankEventSink::OnStackDump. A rank already stopped (state T) or exiting is reported at once.
+  // Unknown jobs and other generations are ignored. Thread-safe, non-blocking.
+  void DumpStacks(const std::string& job, int64_t generation);
+
   // The jobs with at least one live rank process, for the session's hello. Thread-safe.
   std::vector<loom::v1::RunningJob> RunningJobs() const;
 
@@ -118,7 +130,7 @@ class Supervisor {
   struct Job;
   struct Finished;
   struct Command {
-    enum Kind { kAssign, kCancel, kShutdown } kind;
+    enum Kind { kAssign, kCancel, kShutdown, kDumpStacks } kind;
     loom::v1::Assignment assignment;
     std::string job;
     int64_t generation = 0;
@@ -131,13 +143,18 @@ class Supervisor {
   // Loop-thread-only helpers below.
   void HandleAssign(loom::v1::Assignment assignment);
   void HandleCancel(const Command& command);
+  void HandleDumpStacks(const Command& command);
+  // Reports the rank's dump (answered or not) and forgets it.
+  void FinishDump(const Job& job, Rank& rank, bool answered);
   void LaunchJob(loom::v1::Assignment assignment);
   // Gives the job's work dir and checkpoint folder (not their contents) to the rank user, when
   // ranks run as another user than the worker. INTERNAL with errno otherwise.
   absl::Status GiveToRankUser(const RankPaths& paths) const;
-  // Reports every rank of an assignment that cannot start as EXITED with `exit_class`.
+  // Reports every rank of an assignment that cannot start as EXITED with `exit_class` (and
+  // RankStatus.prepare_error / no_space when the node could not prepare the job).
   void FailAssignment(const loom::v1::Assignment& assignment, loom::v1::ExitClass exit_class,
-                      const std::string& message);
+                      const std::string& message, const std::string& prepare_error = "",
+                      bool no_space = false);
   void StopJob(Job& job, const std::string& reason);
   void ReadPipe(Job& job, Rank& rank, int which, size_t budget_bytes);
   void ClosePipe(Job& job, Rank& rank, int which);

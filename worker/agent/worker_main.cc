@@ -4,9 +4,11 @@
 //
 // Start-up: inventory -> own gRPC server (health, reflection) -> metrics server -> supervisor ->
 // session. The ready file is written once the first RegisterNode succeeded. SIGTERM/SIGINT: every
-// rank is stopped (SIGTERM, SIGKILL after --stop-grace-ms), the exits are sent to loomd if it is
-// reachable within a few seconds, and the worker exits 0. If the worker itself is SIGKILLed, the
-// ranks die with it through PR_SET_PDEATHSIG.
+// rank is stopped (SIGTERM, SIGKILL after --stop-grace-ms) after loomd is told the node drains
+// (WorkerDraining: its gangs are re-queued without spending restarts), the exits are sent to loomd
+// if it is reachable within a few seconds, and the worker exits 0. If the worker itself is
+// SIGKILLed, the ranks die with it through PR_SET_PDEATHSIG; if it freezes, they stop themselves
+// through the fence (--fence-timeout-ms, docs/rank-contract.md).
 #include <fcntl.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
@@ -72,6 +74,7 @@ int main(int argc, char** argv) {
   TlsFiles tls;
   std::string join_token_file;
   bool insecure = false;
+  int64_t fence_timeout_ms = 30000;
   app.add_option("--coordinator", coordinator, "loomd's address, HOST:PORT")->required();
   app.add_option("--listen", listen, "This worker's gRPC address (health, reflection)")
       ->capture_default_str();
@@ -110,6 +113,11 @@ int main(int argc, char** argv) {
   app.add_option("--rank-user", rank_user,
                  "User the ranks run as when the worker runs as root (default: nobody; root "
                  "is the explicit opt-out for development)");
+  app.add_option("--fence-timeout-ms", fence_timeout_ms,
+                 "A rank that hears nothing from this worker for this long (the worker is frozen "
+                 "or gone) stops itself")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{2000}, int64_t{86'400'000}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -249,6 +257,7 @@ int main(int argc, char** argv) {
   sup.work_dir = work_path.string();
   sup.rank_program = rank_program;
   sup.stop_grace = absl::Milliseconds(stop_grace_ms);
+  sup.fence_timeout = absl::Milliseconds(fence_timeout_ms);
   sup.devices = devices;
   sup.roots = roots;
   sup.rank_user = *rank_identity;
@@ -283,6 +292,9 @@ int main(int argc, char** argv) {
   callbacks.on_cancel = [&supervisor](const v1::CancelAssignment& c) {
     supervisor.Cancel(c.job(), c.generation(), c.reason());
   };
+  callbacks.on_dump_stacks = [&supervisor](const v1::DumpStacks& d) {
+    supervisor.DumpStacks(d.job(), d.generation());
+  };
   SessionClient session(std::move(session_options), &buffer, std::move(callbacks));
   NodeMetrics node_metrics(
       &registry, devices,
@@ -311,7 +323,15 @@ int main(int argc, char** argv) {
     }
   }
   LOOM_LOG(INFO) << "received " << (received == SIGINT ? "SIGINT" : "SIGTERM")
-                 << "; stopping every rank";
+                 << "; draining: stopping every rank";
+  // loomd first: no new work here, and our gangs go back to its queue without spending a
+  // restart (queued before the ranks' exits, which it then ignores as stale).
+  {
+    v1::WorkerMessage draining;
+    draining.mutable_draining()->set_reason(
+        absl::StrCat("stopping on ", received == SIGINT ? "SIGINT" : "SIGTERM"));
+    buffer.Push(std::move(draining));
+  }
   supervisor.Shutdown();
   session.Stop(kShutdownFlush);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));

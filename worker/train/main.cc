@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "worker/train/diag/stack_dump.h"
 #include "worker/train/run.h"
 #ifdef LOOM_HAVE_GRPC_RENDEZVOUS
 #include "worker/train/comm/grpc_rendezvous_store.h"
@@ -21,6 +22,8 @@
 int main(int argc, char** argv) {
   // A closed progress pipe must surface as EPIPE (reported, then skipped), not kill the rank.
   std::signal(SIGPIPE, SIG_IGN);
+  // loom-worker asks for stacks with SIGUSR1 when the job stops making progress.
+  loom::train::InstallStackDumpHandler();
   std::vector<std::string> args(argv + 1, argv + argc);
   loom::train::RunOptions options;
 #ifdef LOOM_HAVE_GRPC_RENDEZVOUS

@@ -16,6 +16,8 @@
 
 #include "worker/train/checkpoint/checkpoint.h"
 #include "worker/train/checkpoint/llmc.h"
+#include "worker/train/checkpoint/retention.h"
+#include "worker/train/checkpoint/storage_check.h"
 #include "worker/train/comm/bootstrap.h"
 #include "worker/train/comm/communicator.h"
 #include "worker/train/config/flags.h"
@@ -23,6 +25,7 @@
 #include "worker/train/config/rank_env.h"
 #include "worker/train/data/dataset.h"
 #include "worker/train/device/caching_allocator.h"
+#include "worker/train/diag/fence.h"
 #include "worker/train/error.h"
 #include "worker/train/progress.h"
 #include "worker/train/trainer.h"
@@ -278,6 +281,9 @@ int RunOnCuda(const JobConfig& config, const BatchShape& shape, const Dataset& d
 int TrainOnCuda(const JobConfig& config, const BatchShape& shape, const RankEnv& env,
                 const Flags& flags, int device, const std::string& checkpoint_dir,
                 const DeviceTrainerOptions& trainer_options, DeviceTrainer* trainer) {
+  if (!checkpoint_dir.empty()) {
+    CheckCheckpointStorage(checkpoint_dir, CheckpointBytesEstimate(config.model));
+  }
   if (env.world_size > 1) {
     std::fprintf(stderr,
                  "loom-train: rank %d of %d connected through %s; data parallel %d on cuda:%d "
@@ -322,6 +328,7 @@ int TrainOnCuda(const JobConfig& config, const BatchShape& shape, const RankEnv&
       // Every rank takes part (dp rank 0 writes, then all meet); dp rank 0 announces it.
       const std::string saved = trainer->Save(checkpoint_dir, env.generation);
       if (shape.dp_rank == 0) progress.Checkpoint(r.step, saved);
+      if (env.rank == 0) PruneCheckpoints(checkpoint_dir, config.checkpoint_keep);
     }
   }
   return kExitOk;
@@ -335,6 +342,8 @@ int Run(const std::vector<std::string>& args, const std::function<const char*(co
     return kExitOk;
   }
   RankEnv env = ReadRankEnv(getenv);
+  // Under loom-worker: stop if the worker freezes or goes (diag/fence.h).
+  StartFenceWatchFromEnv(getenv);
   JobConfig config = LoadConfig(flags, env);
   BatchShape shape = ResolveBatchShape(config, env);
   std::string checkpoint_dir = !flags.checkpoint_dir.empty() ? flags.checkpoint_dir
@@ -353,6 +362,12 @@ int Run(const std::vector<std::string>& args, const std::function<const char*(co
                  "in fp32 on the CPU\n");
   }
 
+  // Before anything slow (data, rendezvous, model): a checkpoint dir that cannot take a
+  // checkpoint fails the job now and for good (exit 2). The GPU path checks once its device is
+  // known to exist (TrainOnCuda), so that a wrong device is reported first.
+  if (!checkpoint_dir.empty() && !device.cuda) {
+    CheckCheckpointStorage(checkpoint_dir, CheckpointBytesEstimate(config.model));
+  }
   Dataset data = Dataset::Load(config.data_path, config.data_builtin, config.val_path,
                                config.model.vocab, config.seq_len);
   if (device.cuda) {
@@ -413,6 +428,8 @@ int Run(const std::vector<std::string>& args, const std::function<const char*(co
       const std::string saved = trainer.Save(checkpoint_dir, env.generation);
       // Announced by the ranks that wrote a shard, as before by the one writer of dp.
       if (shape.dp_rank == 0) progress.Checkpoint(r.step, saved);
+      // The committer prunes, after the commit that every rank waited for in Save.
+      if (env.rank == 0) PruneCheckpoints(checkpoint_dir, config.checkpoint_keep);
     }
   }
   if (!flags.export_llmc.empty() && shape.dp_rank == 0) {

@@ -122,8 +122,8 @@ struct ManifestFile {
 
 }  // namespace
 
-CheckpointMeta MetaOf(const BatchShape& shape, const ModelDims& dims, uint64_t seed,
-                      int64_t step, int64_t generation) {
+CheckpointMeta MetaOf(const BatchShape& shape, const ModelDims& dims, uint64_t seed, int64_t step,
+                      int64_t generation) {
   CheckpointMeta meta;
   meta.step = step;
   meta.seed = seed;
@@ -560,14 +560,13 @@ std::string SaveCheckpoint(const std::string& root, const GPT& model, const Adam
   return SaveCheckpoint(root, model.tensors(), model.params(), optimizer.m(), optimizer.v(), full);
 }
 
-std::optional<std::string> FindLatestCheckpoint(const std::string& root) {
+std::vector<std::pair<int64_t, std::string>> ListCompleteCheckpoints(const std::string& root) {
+  std::vector<std::pair<int64_t, std::string>> found;
   DIR* d = ::opendir(root.c_str());
-  if (d == nullptr) return std::nullopt;
-  std::optional<std::string> best;
-  int64_t best_step = -1;
+  if (d == nullptr) return found;
   while (dirent* e = ::readdir(d)) {
     std::optional<int64_t> step = StepOfName(e->d_name);
-    if (!step || *step <= best_step) continue;
+    if (!step) continue;
     const std::string dir = root + "/" + e->d_name;
     const std::string manifest = dir + "/" + kManifest;
     if (!Exists(manifest)) continue;  // incomplete: not a checkpoint
@@ -578,11 +577,17 @@ std::optional<std::string> FindLatestCheckpoint(const std::string& root) {
       std::fprintf(stderr, "loom-train: ignoring checkpoint: %s\n", e.what());
       continue;
     }
-    best_step = *step;
-    best = dir;
+    found.push_back({*step, dir});
   }
   ::closedir(d);
-  return best;
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+std::optional<std::string> FindLatestCheckpoint(const std::string& root) {
+  std::vector<std::pair<int64_t, std::string>> all = ListCompleteCheckpoints(root);
+  if (all.empty()) return std::nullopt;
+  return all.back().second;
 }
 
 CheckpointMeta LoadCheckpoint(const std::string& dir, GPT* model, AdamW* optimizer) {

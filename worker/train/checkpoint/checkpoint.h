@@ -38,6 +38,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "worker/train/config/rank_env.h"
@@ -69,8 +70,8 @@ struct CheckpointMeta {
 
 // The manifest of a save at `step` of `generation` under `shape`'s layout, for a model of `dims`
 // trained from `seed`: every field but zero1 and optimizer_step (the trainer's to set).
-CheckpointMeta MetaOf(const BatchShape& shape, const ModelDims& dims, uint64_t seed,
-                      int64_t step, int64_t generation);
+CheckpointMeta MetaOf(const BatchShape& shape, const ModelDims& dims, uint64_t seed, int64_t step,
+                      int64_t generation);
 
 // "step-000100".
 std::string CheckpointDirName(int64_t step);
@@ -152,6 +153,10 @@ std::string SaveCheckpoint(const std::string& root, const std::vector<TensorInfo
 // manifest.json exists and parses), or nullopt when there is none or `root` does not exist.
 // Staging directories (.partial) are never candidates.
 std::optional<std::string> FindLatestCheckpoint(const std::string& root);
+
+// Every complete checkpoint under `root` as (step, directory), ascending step; empty when there
+// is none or `root` does not exist. Same rules as FindLatestCheckpoint.
+std::vector<std::pair<int64_t, std::string>> ListCompleteCheckpoints(const std::string& root);
 
 // LoadShardedCheckpoint into `model`'s table and `optimizer`'s moments, then sets the
 // optimizer's step.

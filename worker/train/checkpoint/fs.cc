@@ -13,7 +13,9 @@ namespace loom::train {
 namespace {
 
 IoError SysError(const std::string& path, const std::string& what) {
-  return IoError(path + ": " + what + ": " + std::strerror(errno));
+  const int e = errno;
+  return IoError(path + ": " + what + ": " + std::strerror(e) + " (errno " + std::to_string(e) +
+                 ")");
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "gloo/rendezvous/store.h"
 #include "gloo/transport/tcp/device.h"
 #include "gloo/types.h"
+#include "worker/train/comm/collective_log.h"
 #include "worker/train/comm/comm_thread.h"
 #include "worker/train/error.h"
 
@@ -46,6 +47,7 @@ class GlooCommunicator : public Communicator {
   int size() const override { return context_->size; }
 
   WorkHandle AllReduceSum(float* data, size_t n) override {
+    collective_log::Note(collective_log::kAllReduce);
     const uint32_t tag = next_tag_++;
     return collectives_->Enqueue("gloo allreduce", [this, data, n, tag] {
       if (n == 0) return;
@@ -68,6 +70,7 @@ class GlooCommunicator : public Communicator {
   // pointer-vector Algorithm API with context-wide slots, which does not fit the tagged,
   // timeout-bounded options API used by the other collectives here.
   WorkHandle ReduceScatterSum(const float* in, float* out, size_t n) override {
+    collective_log::Note(collective_log::kReduceScatter);
     const uint32_t tag = next_tag_++;
     return collectives_->Enqueue("gloo reduce_scatter", [this, in, out, n, tag] {
       if (n == 0) return;
@@ -107,6 +110,7 @@ class GlooCommunicator : public Communicator {
   }
 
   WorkHandle AllGather(const float* in, float* out, size_t n) override {
+    collective_log::Note(collective_log::kAllGather);
     const uint32_t tag = next_tag_++;
     return collectives_->Enqueue("gloo allgather", [this, in, out, n, tag] {
       if (n == 0) return;
@@ -120,6 +124,7 @@ class GlooCommunicator : public Communicator {
   }
 
   WorkHandle Broadcast(float* data, size_t n, int root) override {
+    collective_log::Note(collective_log::kBroadcast);
     LOOM_CHECK(root >= 0 && root < size(), "broadcast root out of range");
     const uint32_t tag = next_tag_++;
     return collectives_->Enqueue("gloo broadcast", [this, data, n, root, tag] {
@@ -134,6 +139,7 @@ class GlooCommunicator : public Communicator {
   }
 
   WorkHandle Barrier() override {
+    collective_log::Note(collective_log::kBarrier);
     const uint32_t tag = next_tag_++;
     return collectives_->Enqueue("gloo barrier", [this, tag] {
       gloo::BarrierOptions opts(context_);
@@ -144,11 +150,13 @@ class GlooCommunicator : public Communicator {
   }
 
   WorkHandle Send(const float* data, size_t n, int dst, uint32_t tag) override {
+    collective_log::Note(collective_log::kSend);
     LOOM_CHECK(dst >= 0 && dst < size() && dst != rank(), "send destination out of range");
     return PostP2p("gloo send", const_cast<float*>(data), n, dst, tag, /*send=*/true);
   }
 
   WorkHandle Recv(float* data, size_t n, int src, uint32_t tag) override {
+    collective_log::Note(collective_log::kRecv);
     LOOM_CHECK(src >= 0 && src < size() && src != rank(), "recv source out of range");
     return PostP2p("gloo recv", data, n, src, tag, /*send=*/false);
   }

@@ -230,11 +230,12 @@ JobConfig JobConfigFromValue(const Value& spec, const std::string& source) {
                             if (k == "micro_batch") c.micro_batch = n;
                           });
               } else if (key == "checkpoint") {
-                r.ForEach(v, field, {"every_steps", "dir"},
+                r.ForEach(v, field, {"every_steps", "dir", "keep"},
                           [&](const std::string& k, const Value& x, const std::string& f) {
                             if (x.kind == Value::Kind::kNull) return;
                             if (k == "every_steps") c.checkpoint_every = r.Int(x, f);
                             if (k == "dir") c.checkpoint_dir = r.String(x, f);
+                            if (k == "keep") c.checkpoint_keep = r.Int(x, f);
                           });
               } else if (key == "restart") {
                 r.ForEach(v, field, {"max_restarts", "backoff_seconds"},
@@ -322,6 +323,9 @@ JobConfig JobConfigFromValue(const Value& spec, const std::string& source) {
   if (c.eval_every < 0) r.Fail("train.eval_every", "expected >= 0 (0 disables evaluation)");
   if (c.checkpoint_every < 0) {
     r.Fail("checkpoint.every_steps", "expected >= 0 (0 saves only at the end)");
+  }
+  if (c.checkpoint_keep < 0) {
+    r.Fail("checkpoint.keep", "expected >= 0 (0 keeps every checkpoint)");
   }
   if (c.micro_batch > 0 && (c.global_batch_tokens / c.seq_len) % c.micro_batch != 0) {
     r.Fail("parallelism.micro_batch", std::to_string(c.micro_batch) + " does not divide the " +

@@ -53,13 +53,15 @@ struct JobConfig {
   int parallel_data = 0;
   int parallel_tensor = 0;
   int parallel_pipeline = 0;
-  int micro_batch = 0;  // 0: chosen by loom-train (standalone) or LOOM_LAYOUT (under the worker)
-  std::string schedule;               // "", "1f1b" or "gpipe" (LOOM_LAYOUT decides under the worker)
-  bool zero1 = false;                 // likewise
+  int micro_batch = 0;   // 0: chosen by loom-train (standalone) or LOOM_LAYOUT (under the worker)
+  std::string schedule;  // "", "1f1b" or "gpipe" (LOOM_LAYOUT decides under the worker)
+  bool zero1 = false;    // likewise
   std::vector<int> blocks_per_stage;  // likewise; empty: an even split
 
   int64_t checkpoint_every = 0;
   std::string checkpoint_dir;
+  // checkpoint.keep: complete checkpoints kept, newest first (0 keeps all; see retention.h).
+  int64_t checkpoint_keep = 3;
 
   int max_restarts = 0;
   double backoff_seconds = 1.0;
