@@ -105,8 +105,11 @@ class Converter {
     json out = json::object();
     std::map<int, int> seen_line_by_field;  // field number -> 1-based line of its first key
     for (auto it = node.begin(); it != node.end(); ++it) {
-      const YAML::Node& key_node = it->first;
-      const YAML::Node& value = it->second;
+      // Copies (cheap handles), not references: `it->` returns a temporary proxy, so a
+      // reference to its first or second dangles at the end of the statement (found by
+      // tests/fuzz/spec_yaml_fuzz under ASan: stack-use-after-scope on the first key).
+      const YAML::Node key_node = it->first;
+      const YAML::Node value = it->second;
       const YAML::Mark key_mark = key_node.Mark();
       if (!key_node.IsScalar()) {
         return Error(key_mark, path,
@@ -312,6 +315,69 @@ class Converter {
   std::string source_;
 };
 
+// The offset of the first byte of `s` that is not part of well-formed UTF-8 (RFC 3629: no
+// overlong forms, no surrogates, nothing above U+10FFFF), or npos. YAML text may carry any
+// bytes in a scalar, but JSON (and the proto's string fields) must be UTF-8.
+size_t InvalidUtf8At(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t n = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      n = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      n = 2;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      n = 3;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      return i;
+    }
+    if (i + n >= s.size()) return i;  // cut short
+    for (size_t k = 1; k <= n; ++k) {
+      const unsigned char b = static_cast<unsigned char>(s[i + k]);
+      if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return i;
+    }
+    i += n + 1;
+  }
+  return std::string::npos;
+}
+
+// The first string or key of `tree` that is not UTF-8, as an error naming its path.
+absl::Status CheckUtf8(const json& tree, const std::string& path, absl::string_view source) {
+  auto bad = [&](const std::string& where, const std::string& text, size_t at) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: %s: not UTF-8 text (byte 0x%02X at offset %d); write the spec as UTF-8",
+        std::string(source), where.empty() ? "(top level)" : where,
+        static_cast<unsigned char>(text[at]), at));
+  };
+  if (tree.is_string()) {
+    const std::string& text = tree.get_ref<const std::string&>();
+    const size_t at = InvalidUtf8At(text);
+    return at == std::string::npos ? absl::OkStatus() : bad(path, text, at);
+  }
+  if (tree.is_object()) {
+    for (const auto& [key, value] : tree.items()) {
+      const std::string key_path = Join(path, key);
+      const size_t at = InvalidUtf8At(key);
+      if (at != std::string::npos) return bad(Join(path, "(a key)"), key, at);
+      RETURN_IF_ERROR(CheckUtf8(value, key_path, source));
+    }
+  } else if (tree.is_array()) {
+    for (size_t i = 0; i < tree.size(); ++i) {
+      RETURN_IF_ERROR(CheckUtf8(tree[i], absl::StrCat(path, "[", i, "]"), source));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Resolves a relative path against `base_dir`; leaves empty and absolute paths alone.
 void Resolve(std::string* path, const std::filesystem::path& base_dir) {
   if (path->empty() || base_dir.empty()) return;
@@ -338,6 +404,8 @@ absl::StatusOr<loom::v1::JobSpec> JobSpecFromYaml(absl::string_view yaml,
   loom::v1::JobSpec spec;
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;
+  // dump() throws on a string that is not UTF-8: found first, with its path.
+  RETURN_IF_ERROR(CheckUtf8(tree, "", source_name));
   const auto status = google::protobuf::util::JsonStringToMessage(tree.dump(), &spec, options);
   if (!status.ok()) {
     return absl::InvalidArgumentError(

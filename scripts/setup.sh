@@ -2,7 +2,8 @@
 # Installs every system dependency of Loom from Debian 12's packages. Idempotent: packages that
 # are already installed are left alone, and apt is only asked when one is missing.
 # The CUDA toolkit is optional and not installed here: when nvcc is on PATH (or in
-# /usr/local/cuda/bin) the CUDA backend is built as well.
+# /usr/local/cuda/bin) the CUDA backend is built as well. clang-14 and its runtime libraries
+# (libFuzzer, ASan, UBSan) build the fuzz targets (tests/fuzz/run.sh).
 set -euo pipefail
 
 packages=(
@@ -11,6 +12,7 @@ packages=(
   libabsl-dev libsqlite3-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
   libgloo-dev libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
   libssl-dev openssl prometheus python3
+  clang-14 libclang-rt-14-dev
 )
 
 missing=()

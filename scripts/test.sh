@@ -35,4 +35,14 @@ if [[ -f $cuda_home/include/cuda_runtime_api.h ]]; then
 else
   echo "== emulated CUDA: SKIPPED (no CUDA headers in $cuda_home)"
 fi
+
+# The fuzz targets (tests/fuzz/README.md): a clang build under ASan and UBSan in build-fuzz/, then
+# every target for LOOM_FUZZ_SECONDS (default 20) from its seed corpus; any crash fails the run.
+# (The seeds and kept crash inputs also replay in the ctest run above: fuzz_*_corpus.)
+if command -v clang++-14 >/dev/null 2>&1 || command -v clang++ >/dev/null 2>&1; then
+  echo "== fuzz: libFuzzer targets, ${LOOM_FUZZ_SECONDS:-20} s each (tests/fuzz/run.sh)"
+  bash tests/fuzz/run.sh "${LOOM_FUZZ_SECONDS:-20}" || status=1
+else
+  echo "== fuzz: SKIPPED (no clang; scripts/setup.sh installs clang-14)"
+fi
 exit $status

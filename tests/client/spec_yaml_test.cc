@@ -179,6 +179,32 @@ TEST(SpecYamlTest, EmptyAndMultiDocumentInputsAreRejected) {
   EXPECT_THAT(std::string(spec.status().message()), HasSubstr("expected one YAML document"));
 }
 
+TEST(SpecYamlTest, TextThatIsNotUtf8IsRefusedWithItsKey) {
+  // Found by tests/fuzz/spec_yaml_fuzz: loomctl aborted (an uncaught nlohmann::json exception)
+  // on a spec holding bytes that are not UTF-8.
+  auto spec = JobSpecFromYaml("name: \xa1\n", "job.yaml", "");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(spec.status().message()),
+              HasSubstr("job.yaml: name: not UTF-8 text (byte 0xA1 at offset 0)"));
+  spec = JobSpecFromYaml("env: {A\xc3: ok}\n", "job.yaml", "");  // a key cut short
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(std::string(spec.status().message()), HasSubstr("env.(a key): not UTF-8 text"));
+  // Well-formed multi-byte text is fine.
+  spec = JobSpecFromYaml("env: {GREETING: \"gr\xc3\xbc\xc3\x9f \xe2\x9c\x93\"}\n", "job.yaml", "");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->env().at("GREETING"), "gr\xc3\xbc\xc3\x9f \xe2\x9c\x93");
+}
+
+TEST(SpecYamlTest, AStrayCommaIsASyntaxErrorNotAHang) {
+  // Found by tests/fuzz/spec_yaml_fuzz: yaml-cpp's LoadAll never returns on ", # ".
+  for (const char* text : {", # ", ",", "name: a\n,\n"}) {
+    auto spec = JobSpecFromYaml(text, "job.yaml", "");
+    ASSERT_FALSE(spec.ok()) << text;
+    EXPECT_THAT(std::string(spec.status().message()), HasSubstr("YAML syntax error")) << text;
+  }
+}
+
 TEST(SpecYamlTest, RelativePathsResolveAgainstTheSpecDirectory) {
   auto spec = JobSpecFromYaml(
       "data: {path: ../tokens/train.bin, val_path: /abs/val.bin}\ncheckpoint: {dir: ckpt}\n",

@@ -59,6 +59,35 @@ TEST(YamlJsonTest, SyntaxErrorsCarryOneBasedPositions) {
   EXPECT_THAT(std::string(node.status().message()), ::testing::StartsWith("f.yaml:3:"));
 }
 
+TEST(YamlJsonTest, AStrayCommaIsASyntaxErrorAtItsPosition) {
+  // yaml-cpp's LoadAll loops forever on these (found by tests/fuzz/spec_yaml_fuzz).
+  auto node = ParseYamlDocument(", # ", "f.yaml");
+  ASSERT_FALSE(node.ok());
+  EXPECT_THAT(std::string(node.status().message()),
+              ::testing::StartsWith("f.yaml:1:1: YAML syntax error"));
+  node = ParseYamlDocument("a: 1\n,\n", "f.yaml");
+  ASSERT_FALSE(node.ok());
+  EXPECT_THAT(std::string(node.status().message()), ::testing::HasSubstr("YAML syntax error"));
+  // The document count and the second document's position are still reported.
+  node = ParseYamlDocument("a: 1\n---\nb: 2\n---\nc: 3\n", "f.yaml");
+  ASSERT_FALSE(node.ok());
+  EXPECT_THAT(std::string(node.status().message()),
+              ::testing::HasSubstr("f.yaml:2:1: expected one YAML document, found 3"));
+}
+
+TEST(YamlJsonTest, JsonToYamlQuotesStringsAReaderWouldChange) {
+  // A trailing carriage return was written plain and read back without it (found by
+  // tests/fuzz/spec_yaml_fuzz); control characters and edge blanks must be quoted.
+  for (const std::string s : {"abc\r", "a\tb", " lead", "trail ", "x\x01y", "line\nbreak"}) {
+    nlohmann::ordered_json j;
+    j[s] = s;
+    const std::string yaml = JsonToYaml(j);
+    auto back = ParseYamlDocument(yaml, "out.yaml");
+    ASSERT_TRUE(back.ok()) << back.status() << "\n" << yaml;
+    EXPECT_EQ(YamlToJson(*back), nlohmann::json::parse(j.dump())) << yaml;
+  }
+}
+
 TEST(YamlJsonTest, JsonToYamlRoundTripsTypes) {
   const nlohmann::ordered_json j = nlohmann::ordered_json::parse(
       R"({"name":"jobs/a","step":"12","count":3,"loss":0.5,"whole":2.0,"lr":0.0006,"ok":true,

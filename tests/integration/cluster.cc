@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/grpc_status.h"
+#include "tests/support/child_signals.h"
 
 #ifndef LOOM_TEST_BIN_DIR
 #define LOOM_TEST_BIN_DIR ""
@@ -147,6 +148,9 @@ absl::StatusOr<std::unique_ptr<Process>> Process::Start(const std::vector<std::s
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(126);
     setpgid(0, 0);
+    // Daemons start as from an ordinary shell, whatever signals the test process inherited
+    // ignored or blocked (a loomd deaf to Stop()'s SIGTERM would fail tests for no reason).
+    testing::ResetSignalsForExec();
     const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) {
       dup2(fd, STDOUT_FILENO);
@@ -232,6 +236,7 @@ CommandResult RunCommand(const std::vector<std::string>& argv, absl::Duration ti
   const pid_t pid = fork();
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    testing::ResetSignalsForExec();
     dup2(out_pipe[1], STDOUT_FILENO);
     dup2(err_pipe[1], STDERR_FILENO);
     const int devnull = open("/dev/null", O_RDONLY);

@@ -196,6 +196,10 @@ void WatchFence() {
 int main() {
   signal(SIGUSR1, OnSigusr1);
   WatchFence();
+  // As loom-train does (worker/train/main.cc): a progress pipe the worker closed must surface as
+  // EPIPE, not kill the rank with SIGPIPE. Set here: the worker starts ranks with every signal at
+  // its default action, so nothing inherited can stand in for it.
+  signal(SIGPIPE, SIG_IGN);
   const std::string out_dir = Env("TEST_RANK_OUT_DIR");
   if (out_dir.empty()) BadConfig("TEST_RANK_OUT_DIR is not set; put it in the job spec's env");
   for (const char* required : {"LOOM_JOB", "LOOM_JOB_GENERATION", "LOOM_RANK", "LOOM_WORLD_SIZE",

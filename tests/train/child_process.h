@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/child_signals.h"
 #include "tests/train/test_util.h"
 
 namespace loom::train::testing {
@@ -25,10 +26,13 @@ inline double Since(Clock::time_point t) {
 }
 
 // Starts `argv` as a child with stdout and stderr in `out_prefix`.out / .err; returns its pid.
+// The child starts with an empty signal mask and every signal at its default action, whatever
+// the test process inherited (tests/support/child_signals.h).
 inline pid_t Spawn(const std::vector<std::string>& argv, const std::string& out_prefix,
                    const std::map<std::string, std::string>& env = {}) {
   pid_t pid = ::fork();
   if (pid != 0) return pid;
+  ::loom::testing::ResetSignalsForExec();
   for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
   int fd_out = ::open((out_prefix + ".out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   int fd_err = ::open((out_prefix + ".err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);

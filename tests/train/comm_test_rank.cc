@@ -186,6 +186,10 @@ std::unique_ptr<Exchange> Connect(const Args& a) {
 }
 
 int Main(int argc, char** argv) {
+  // As loom-train does (worker/train/main.cc): a write to the socket of a dead peer must surface
+  // as EPIPE, i.e. a CommError and exit 1, not kill this rank with SIGPIPE. Set here, not
+  // inherited: the tests start ranks with default dispositions (tests/support/child_signals.h).
+  ::signal(SIGPIPE, SIG_IGN);
   Args a;
   if (!Parse(argc, argv, &a)) {
     std::fprintf(stderr,

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/support/child_signals.h"
 #include "tests/train/test_util.h"
 #include "worker/train/comm/bootstrap.h"
 #include "worker/train/config/json.h"
@@ -52,6 +53,7 @@ pid_t StartRank(const TempDir& dir, int dp, int rank) {
   const std::string rendezvous = dir / ("rv-" + std::to_string(dp));
   pid_t pid = ::fork();
   if (pid != 0) return pid;
+  ::loom::testing::ResetSignalsForExec();  // as the worker's launcher gives a rank
   // The child: environment, output files, exec.
   ::setenv("LOOM_RANK", std::to_string(rank).c_str(), 1);
   ::setenv("LOOM_WORLD_SIZE", std::to_string(dp).c_str(), 1);

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/support/child_signals.h"
 #include "tests/train/test_util.h"
 #include "worker/train/comm/bootstrap.h"
 #include "worker/train/config/json.h"
@@ -87,6 +88,7 @@ pid_t StartRank(const std::string& out, const std::string& rendezvous, const Lay
                 const std::string& checkpoint_dir) {
   pid_t pid = ::fork();
   if (pid != 0) return pid;
+  ::loom::testing::ResetSignalsForExec();  // as the worker's launcher gives a rank
   ::setenv("LOOM_RANK", std::to_string(rank).c_str(), 1);
   ::setenv("LOOM_WORLD_SIZE", std::to_string(l.world()).c_str(), 1);
   ::setenv("LOOM_RENDEZVOUS_DIR", rendezvous.c_str(), 1);

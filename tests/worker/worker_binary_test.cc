@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "common/ready_file.h"
 #include "gtest/gtest.h"
+#include "tests/support/child_signals.h"
 #include "tests/worker/fake_node_service.h"
 
 extern char** environ;
@@ -83,7 +84,12 @@ class WorkerBinaryTest : public ::testing::Test {
     const std::string log = dir_ + "/worker.log";
     posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    ASSERT_EQ(posix_spawn(&worker_pid_, argv[0], &actions, nullptr, argv.data(), environ), 0);
+    // The worker starts as from an ordinary shell, whatever signals this test inherited.
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    ASSERT_EQ(::loom::testing::SetDefaultSignals(&attr), 0);
+    ASSERT_EQ(posix_spawn(&worker_pid_, argv[0], &actions, &attr, argv.data(), environ), 0);
+    posix_spawnattr_destroy(&attr);
     posix_spawn_file_actions_destroy(&actions);
     const absl::Time deadline = absl::Now() + absl::Seconds(20);
     absl::StatusOr<std::map<std::string, std::string>> ready;

@@ -17,6 +17,16 @@ namespace loom::train {
 struct Value {
   enum class Kind { kNull, kBool, kNumber, kString, kArray, kObject };
 
+  // Declared here and defaulted below the class, where Value is complete: `members` holds
+  // pairs with Value inside, and clang (with libstdc++) instantiates the vector's destructor
+  // at an in-class default, while Value is still incomplete, and fails to compile.
+  Value();
+  Value(const Value&);
+  Value(Value&&) noexcept;
+  Value& operator=(const Value&);
+  Value& operator=(Value&&) noexcept;
+  ~Value();
+
   Kind kind = Kind::kNull;
   // kString: the decoded string; kNumber: the literal as written; kBool: "true" or "false".
   std::string text;
@@ -28,6 +38,13 @@ struct Value {
   const Value* Find(std::string_view key) const;
   bool is_object() const { return kind == Kind::kObject; }
 };
+
+inline Value::Value() = default;
+inline Value::Value(const Value&) = default;
+inline Value::Value(Value&&) noexcept = default;
+inline Value& Value::operator=(const Value&) = default;
+inline Value& Value::operator=(Value&&) noexcept = default;
+inline Value::~Value() = default;
 
 // A short human name of a kind ("object", "string", ...), for error messages.
 const char* KindName(Value::Kind kind);

@@ -1,0 +1,81 @@
+// Fuzz target: loomd's job spec validator (server/jobs/spec_validator.cc) on a JobSpec parsed
+// from the input, as CreateJob receives it. The input is the spec in the proto's JSON mapping
+// when it starts with '{' (what loomctl sends, after YAML), else protobuf wire bytes (what any
+// gRPC client can send); the cluster's capacity comes from the input's last bytes. Contracts
+// (spec_validator.h): never a crash; an accepted spec's layout multiplies to its devices and
+// fits the cluster; validating the validated spec gives the same spec and layout back.
+#include <fuzzer/FuzzedDataProvider.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "google/protobuf/stubs/logging.h"
+#include "google/protobuf/util/json_util.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "loom/v1/job.pb.h"
+#include "server/jobs/spec_validator.h"
+
+namespace {
+
+// The data files a spec names "exist" when their path starts with "data/": no file system.
+class FakeFiles final : public loom::jobs::FileProbe {
+ public:
+  absl::Status CheckReadableFile(const std::string& path) const override {
+    if (path.rfind("data/", 0) == 0) return absl::OkStatus();
+    return absl::NotFoundError("no such file");
+  }
+};
+
+[[noreturn]] void Fail(const char* what) {
+  std::fprintf(stderr, "spec_validator_fuzz: %s\n", what);
+  std::abort();
+}
+
+}  // namespace
+
+// Parsing fuzzed wire bytes logs every string field that is not UTF-8; quiet, for speed.
+static google::protobuf::LogSilencer quiet_protobuf;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  FuzzedDataProvider in(data, size);
+  loom::jobs::ClusterCapacity capacity;
+  capacity.gpu.max_per_node = in.ConsumeIntegralInRange(0, 16);
+  capacity.gpu.total = capacity.gpu.max_per_node * in.ConsumeIntegralInRange(0, 64);
+  capacity.cpu.max_per_node = in.ConsumeIntegralInRange(0, 64);
+  capacity.cpu.total = capacity.cpu.max_per_node * in.ConsumeIntegralInRange(0, 16);
+  capacity.ready_nodes = in.ConsumeIntegralInRange(0, 64);
+  const std::string text = in.ConsumeRemainingBytesAsString();
+
+  loom::v1::JobSpec spec;
+  if (!text.empty() && text[0] == '{') {
+    if (!google::protobuf::util::JsonStringToMessage(text, &spec).ok()) return 0;
+  } else if (!spec.ParseFromString(text)) {
+    return 0;
+  }
+  static const FakeFiles files;
+  absl::StatusOr<loom::jobs::ValidatedSpec> first = ValidateJobSpec(spec, capacity, files);
+  if (!first.ok()) {
+    if (first.status().message().empty()) Fail("an error without a message");
+    return 0;
+  }
+  const loom::v1::Layout& l = first->layout;
+  if (first->devices <= 0 ||
+      int64_t{l.data()} * l.tensor() * l.pipeline() != int64_t{first->devices}) {
+    Fail("an accepted layout that does not multiply to the devices");
+  }
+  absl::StatusOr<loom::jobs::ValidatedSpec> again = ValidateJobSpec(first->spec, capacity, files);
+  if (!again.ok()) {
+    std::fprintf(stderr, "the validated spec is refused: %s\n",
+                 std::string(again.status().message()).c_str());
+    Fail("validation is not idempotent");
+  }
+  if (!google::protobuf::util::MessageDifferencer::Equals(first->spec, again->spec) ||
+      !google::protobuf::util::MessageDifferencer::Equals(first->layout, again->layout)) {
+    std::fprintf(stderr, "first:\n%s\nagain:\n%s\n", first->spec.DebugString().c_str(),
+                 again->spec.DebugString().c_str());
+    Fail("validating the validated spec changed it");
+  }
+  return 0;
+}
