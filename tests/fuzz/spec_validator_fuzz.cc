@@ -19,14 +19,14 @@
 
 namespace {
 
-// The data files a spec names "exist" when their path starts with "data/": no file system.
-class FakeFiles final : public loom::jobs::FileProbe {
- public:
-  absl::Status CheckReadableFile(const std::string& path) const override {
-    if (path.rfind("data/", 0) == 0) return absl::OkStatus();
-    return absl::NotFoundError("no such file");
-  }
-};
+// The operator's roots, as a loomd with --data-roots and --checkpoint-roots has them (loomd
+// never opens the files: no file system is involved).
+loom::jobs::SpecPolicy Policy() {
+  loom::jobs::SpecPolicy policy;
+  policy.data_roots = {"/data", "/shared/datasets"};
+  policy.checkpoint_roots = {"/shared/checkpoints"};
+  return policy;
+}
 
 [[noreturn]] void Fail(const char* what) {
   std::fprintf(stderr, "spec_validator_fuzz: %s\n", what);
@@ -54,7 +54,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } else if (!spec.ParseFromString(text)) {
     return 0;
   }
-  static const FakeFiles files;
+  static const loom::jobs::SpecPolicy files = Policy();
   absl::StatusOr<loom::jobs::ValidatedSpec> first = ValidateJobSpec(spec, capacity, files);
   if (!first.ok()) {
     if (first.status().message().empty()) Fail("an error without a message");

@@ -66,6 +66,13 @@ class ReliabilityTest : public ::testing::Test {
     sessions_[id] = session.value_or(0);
     return sink;
   }
+  // The node's worker restarted: its session ended (a live node id cannot be registered again),
+  // and it registers anew and says hello.
+  bool Reregister(const std::string& id, int devices) {
+    if (auto it = sessions_.find(id); it != sessions_.end()) manager_->CloseSession(id, it->second);
+    Connect(id, devices);
+    return !::testing::Test::HasFailure();
+  }
   void Send(const std::string& node, const v1::WorkerMessage& message) {
     absl::Status status = manager_->HandleWorkerMessage(node, sessions_[node], message);
     ASSERT_TRUE(status.ok()) << status;
@@ -293,7 +300,7 @@ TEST_F(ReliabilityTest, ANodeWithAFullDiskIsAvoidedAndMarkedUnhealthy) {
   // Nothing new lands on the unhealthy node until its worker registers again.
   const std::string other = Create(CpuSpec(1));
   EXPECT_EQ(Get(other).placements(0).node(), "nodes/b");
-  ASSERT_TRUE(manager_->RegisterNode(CpuNode("a", 1)).ok());
+  ASSERT_TRUE(Reregister("a", 1));
   EXPECT_EQ(NodeNamed("nodes/a").unhealthy_reason(), "");
 }
 
@@ -333,7 +340,7 @@ TEST_F(ReliabilityTest, AStoppingWorkerDrainsAndItsGangIsRequeuedFree) {
   EXPECT_EQ(job.state(), v1::SCHEDULED);
   EXPECT_EQ(job.placements(0).node(), "nodes/b");
   // Registering again (the worker restarted) ends the worker's own drain.
-  ASSERT_TRUE(manager_->RegisterNode(CpuNode("a", 1)).ok());
+  ASSERT_TRUE(Reregister("a", 1));
   EXPECT_FALSE(NodeNamed("nodes/a").draining());
 }
 
@@ -348,7 +355,7 @@ TEST_F(ReliabilityTest, AnOperatorDrainKeepsNewWorkOffAndSurvivesReRegistration)
   EXPECT_EQ(Get(running).state(), v1::RUNNING) << "without move_jobs the gang runs on";
   const std::string queued = Create(CpuSpec(1));
   EXPECT_EQ(Get(queued).state(), v1::QUEUED);
-  ASSERT_TRUE(manager_->RegisterNode(CpuNode("a", 2)).ok());
+  ASSERT_TRUE(Reregister("a", 2));
   EXPECT_TRUE(NodeNamed("nodes/a").draining()) << "an operator's drain outlives a restart";
 
   drain.set_move_jobs(true);

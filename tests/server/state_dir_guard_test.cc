@@ -35,6 +35,7 @@ class StateDirGuardTest : public ::testing::Test {
     config.metrics_listen = "";
     config.state_dir = StateDir();
     config.start_fresh = start_fresh;
+    config.insecure = true;  // loopback development mode (security_test.cc covers TLS)
     return LoomdServer::Start(config, &clock_, jobs::MakeSpecValidator());
   }
 
