@@ -135,7 +135,8 @@ TEST_F(WatchdogTest, LoomdRefusesAnEmptyDatabaseOverAStateDirThatHeldJobs) {
   std::ofstream(state + "/loomd.db").close();
   const CommandResult refused = RunCommand(
       {cluster_->loomctl_path().substr(0, cluster_->loomctl_path().rfind('/')) + "/loomd",
-       "--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0", "--state-dir=" + state},
+       "--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0", "--state-dir=" + state,
+       "--insecure"},
       absl::Seconds(20));
   EXPECT_EQ(refused.exit_code, 1) << refused.Describe();
   EXPECT_THAT(refused.err, HasSubstr("--start-fresh")) << refused.Describe();
