@@ -1,6 +1,7 @@
 // The seeded fault run: many short checkpointing jobs on a real local cluster (loomd, two
 // workers, test_rank ranks, TLS and tokens) while a seeded random schedule kills, pauses and
-// restarts ranks, workers and loomd. Afterwards the recorded history is checked:
+// restarts ranks, workers and loomd, and fills the disk of the shared checkpoint root (a small
+// tmpfs, when this process may mount one). Afterwards the recorded history is checked:
 //   - every job ends, and SUCCEEDED (restarts are plentiful);
 //   - every transition in every job's event log is legal (jobs::IsTransitionAllowed);
 //   - nothing ran twice at once: no rank started while a rank of an earlier generation of its
@@ -11,10 +12,13 @@
 // come from LOOM_CHAOS_SEEDS (default "1,2"). A seed that fails is kept as a regression case by
 // adding it to kRegressionSeeds.
 #include <signal.h>
+#include <sys/mount.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -100,6 +104,14 @@ class ChaosRun {
     cluster_ = std::make_unique<Cluster>(options);
     ASSERT_TRUE(cluster_->Start().ok());
     out_ = cluster_->out_dir();
+    shared_ = cluster_->dir() + "/shared";
+    std::filesystem::create_directories(shared_);
+    // A 4 MiB disk for the checkpoints, so that "disk full" can be injected.
+    small_disk_ = mount("tmpfs", shared_.c_str(), "tmpfs", 0, "size=4m,mode=1777") == 0;
+    if (!small_disk_) {
+      std::cout << "[chaos] cannot mount a tmpfs (" << std::strerror(errno)
+                << "): no disk-full faults in this run" << std::endl;
+    }
     ASSERT_NO_FATAL_FAILURE(SubmitJobs());
     InjectFaults();
     ASSERT_NO_FATAL_FAILURE(WaitForTheEnd());
@@ -109,7 +121,12 @@ class ChaosRun {
               << absl::StrJoin(figures_.faults, ", ", absl::PairFormatter("=")) << "}, restarts "
               << figures_.restarts << ", steps lost " << figures_.steps_lost << std::endl;
     for (long pid : AliveRanks(out_)) kill(static_cast<pid_t>(pid), SIGKILL);
-    cluster_->Shutdown(/*keep_dir=*/::testing::Test::HasFailure());
+    cluster_->Shutdown(/*keep_dir=*/true);
+    if (small_disk_) umount2(shared_.c_str(), MNT_DETACH);
+    if (!::testing::Test::HasFailure()) {
+      std::error_code ec;
+      std::filesystem::remove_all(cluster_->dir(), ec);
+    }
   }
 
  private:
@@ -120,7 +137,7 @@ class ChaosRun {
       const std::string yaml =
           absl::StrCat("name: chaos-", i, "\nmodel: {preset: tiny}\ndata: {builtin: tiny-corpus}\n",
                        "train: {steps: ", kSteps, "}\nresources: {cpu_devices: 2}\n",
-                       "checkpoint: {dir: ", cluster_->dir(), "/shared/chaos-", i, "}\n",
+                       "checkpoint: {dir: ", shared_, "/chaos-", i, "}\n",
                        "restart: {max_restarts: 100, backoff_seconds: 0.2}\n", "env:\n",
                        "  TEST_RANK_OUT_DIR: ", out, "\n  TEST_RANK_STEPS: ", kSteps,
                        "\n  TEST_RANK_STEP_MS: ", kStepMs, "\n  TEST_RANK_CHECKPOINT: 1\n");
@@ -168,6 +185,9 @@ class ChaosRun {
         Sleep(Uniform(200, 1500));  // below and near the 2 s node timeout
         cluster_->worker(w).Signal(SIGCONT);
         ++figures_.faults["worker_paused"];
+      } else if (kind < 86 && small_disk_) {
+        FillTheDisk(Uniform(200, 1500));
+        ++figures_.faults["disk_full"];
       } else if (kind < 92) {
         const int port = cluster_->loomd_port();
         cluster_->loomd().Kill();
@@ -181,6 +201,19 @@ class ChaosRun {
         ++figures_.faults["loomd_paused"];
       }
     }
+  }
+
+  // Fills the shared checkpoint disk for `ms`, then frees it: every commit in between fails.
+  void FillTheDisk(int ms) {
+    const std::string filler = shared_ + "/filler";
+    {
+      std::ofstream out(filler, std::ios::binary);
+      const std::string block(64 << 10, 'x');
+      for (int i = 0; i < 1024 && out.write(block.data(), block.size()); ++i) {
+      }
+    }
+    Sleep(ms);
+    std::filesystem::remove(filler);
   }
 
   void WaitForTheEnd() {
@@ -261,6 +294,8 @@ class ChaosRun {
   std::mt19937_64 rng_;
   std::unique_ptr<Cluster> cluster_;
   std::string out_;
+  std::string shared_;
+  bool small_disk_ = false;
   std::vector<std::string> names_;
   std::vector<v1::Job> jobs_;
   Figures figures_;

@@ -37,6 +37,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -127,6 +128,24 @@ void AppendLine(const std::string& path, const std::string& line) {
   const std::string text = line + "\n";
   if (write(fd, text.data(), text.size()) < 0) std::cerr << "test_rank: cannot append" << std::endl;
   close(fd);
+}
+
+// Commits `step` as a trainer commits a checkpoint: write, fsync and close a temp file, checking
+// each, and rename only then. False (nothing committed) when the disk is full or failing.
+bool CommitStep(const std::string& dir, long step) {
+  const std::string path = dir + "/committed";
+  const std::string tmp = path + ".tmp";
+  const std::string text = std::to_string(step) + "\n";
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  const bool written = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+                       fsync(fd) == 0;
+  const bool closed = close(fd) == 0;
+  if (!written || !closed || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    unlink(tmp.c_str());
+    return false;
+  }
+  return true;
 }
 
 long ReadCommitted(const std::string& dir) {
@@ -281,7 +300,12 @@ int main() {
     std::cout << "test_rank " << rank << ": step " << step << "/" << steps << " loss " << loss
               << std::endl;
     if (checkpoint && rank == 0) {
-      WriteAtomically(checkpoint_dir + "/committed", std::to_string(step) + "\n");
+      if (!CommitStep(checkpoint_dir, step)) {
+        // As loom-train: a checkpoint that cannot be written fails the rank (retryable).
+        std::cerr << "test_rank 0: cannot commit step " << step << " in " << checkpoint_dir << ": "
+                  << std::strerror(errno) << std::endl;
+        return 1;
+      }
       AppendLine(out_dir + "/history.log",
                  "commit " + std::to_string(generation) + " " + std::to_string(step));
     }
