@@ -23,22 +23,14 @@ absl::StatusOr<Principal> PrincipalFromCommonName(absl::string_view cn) {
     return absl::InvalidArgumentError(
         "a client certificate's common name must be user:TENANT, admin:TENANT or node:NODE_ID");
   }
-  // The subject has the token table's rules; reuse its parser on one line.
-  const absl::string_view role = cn.substr(0, colon);
+  const std::optional<Role> role = RoleFromName(cn.substr(0, colon));
   const absl::string_view subject = cn.substr(colon + 1);
-  if (subject == "*") {
-    return absl::InvalidArgumentError("a certificate names one node or tenant, not *");
-  }
-  absl::StatusOr<TokenTable> one = TokenTable::Parse(
-      absl::StrCat(role, " ", subject, " certificate-placeholder"), "certificate");
-  if (!one.ok()) {
+  if (!role.has_value() || !IsValidSubject(subject)) {
     return absl::InvalidArgumentError(
         absl::StrCat("client certificate common name \"", cn.substr(0, 80),
                      "\": must be user:TENANT, admin:TENANT or node:NODE_ID with [a-z0-9-] names"));
   }
-  Principal p = *one->Find("certificate-placeholder");
-  p.method = "certificate";
-  return p;
+  return Principal{*role, std::string(subject), "certificate"};
 }
 
 absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(std::string tokens_file,

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -15,15 +16,23 @@
 #include "absl/strings/str_split.h"
 
 namespace loom::auth {
-namespace {
 
-bool ValidSubject(absl::string_view s) {
+std::optional<Role> RoleFromName(absl::string_view name) {
+  if (name == "user") return Role::kUser;
+  if (name == "admin") return Role::kAdmin;
+  if (name == "node") return Role::kNode;
+  return std::nullopt;
+}
+
+bool IsValidSubject(absl::string_view s) {
   if (s.empty() || s.size() > 63) return false;
   for (char c : s) {
     if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
   }
   return true;
 }
+
+namespace {
 
 bool ValidToken(absl::string_view t) {
   if (t.size() < 16 || t.size() > 512) return false;
@@ -86,17 +95,13 @@ absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text, absl::strin
           where, ": expected three columns `ROLE SUBJECT TOKEN` (got ", cols.size(), ")"));
     }
     Principal p;
-    if (cols[0] == "user") {
-      p.role = Role::kUser;
-    } else if (cols[0] == "admin") {
-      p.role = Role::kAdmin;
-    } else if (cols[0] == "node") {
-      p.role = Role::kNode;
-    } else {
+    const std::optional<Role> role = RoleFromName(cols[0]);
+    if (!role.has_value()) {
       return absl::InvalidArgumentError(absl::StrCat(
           where, ": role must be user, admin or node (got \"", cols[0].substr(0, 16), "\")"));
     }
-    if (!ValidSubject(cols[1]) && !(p.role == Role::kNode && cols[1] == "*")) {
+    p.role = *role;
+    if (!IsValidSubject(cols[1]) && !(p.role == Role::kNode && cols[1] == "*")) {
       return absl::InvalidArgumentError(absl::StrCat(
           where, ": subject must be a tenant or node id of [a-z0-9-], at most 63 characters",
           p.role == Role::kNode ? ", or * for any node" : ""));

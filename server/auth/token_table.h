@@ -14,6 +14,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -37,6 +38,11 @@ class TokenTable {
  private:
   std::map<std::string, Principal> by_digest_;  // hex SHA-256 -> principal
 };
+
+// The role named `name` ("user", "admin", "node"), or nullopt.
+std::optional<Role> RoleFromName(absl::string_view name);
+// A tenant or node id: 1..63 characters of [a-z0-9-].
+bool IsValidSubject(absl::string_view subject);
 
 // Lower-case hex SHA-256 of `data`.
 std::string Sha256Hex(absl::string_view data);
