@@ -12,13 +12,21 @@ bool WritesShardedCheckpoints(const v1::Layout& layout) {
 
 namespace {
 
-bool MustStayOnOneNode(const v1::JobSpec& spec, const v1::Layout& layout) {
-  return spec.checkpoint().dir().empty() && WritesShardedCheckpoints(layout);
-}
-
 int64_t WorldSize(const v1::Layout& layout) {
   return int64_t{std::max(1, layout.data())} * std::max(1, layout.tensor()) *
          std::max(1, layout.pipeline());
+}
+
+// Data parallelism alone writes whole checkpoints from one rank, but every rank must find the
+// one the gang resumes from: ranks on a node without it refuse to start (the ranks compare what
+// they see; docs/rank-contract.md), so a restart after a periodic checkpoint would fail the job.
+bool ResumesFromCheckpoints(const v1::JobSpec& spec, const v1::Layout& layout) {
+  return WorldSize(layout) > 1 && spec.checkpoint().every_steps() > 0;
+}
+
+bool MustStayOnOneNode(const v1::JobSpec& spec, const v1::Layout& layout) {
+  return spec.checkpoint().dir().empty() &&
+         (WritesShardedCheckpoints(layout) || ResumesFromCheckpoints(spec, layout));
 }
 
 }  // namespace
@@ -35,8 +43,10 @@ absl::Status CheckCheckpointPlacement(const v1::JobSpec& spec, const v1::Layout&
   return absl::FailedPreconditionError(absl::StrCat(
       "spec.checkpoint.dir: the layout (data ", layout.data(), " × tensor ", layout.tensor(),
       " × pipeline ", layout.pipeline(), layout.zero1() ? ", ZeRO-1" : "",
-      ") writes each checkpoint in shards from several ranks, and its ", world,
-      " ranks cannot share one node (at most ", max_devices_per_node,
+      WritesShardedCheckpoints(layout)
+          ? ") writes each checkpoint in shards from several ranks"
+          : ") resumes every rank from the periodic checkpoint rank 0 writes",
+      ", and its ", world, " ranks cannot share one node (at most ", max_devices_per_node,
       " devices per ready node), while the default checkpoint dir is private to each node; set "
       "spec.checkpoint.dir to a directory on a file system every node shares (under loomd's "
       "--checkpoint-roots)"));

@@ -4,11 +4,13 @@
 // several ranks, then published by rank 0 once every shard is there (docs/rank-contract.md).
 // With the default checkpoint dir (a folder of the job in each worker's work dir, private to
 // its node) the shards of ranks on different nodes never meet, and the job would train to its
-// first checkpoint and fail there. loomd therefore keeps such a job on one node (the scheduler
-// gets the whole job as one group, so it places it on a single node) and refuses it at create
-// when no node can hold it, naming spec.checkpoint.dir. A spec that sets checkpoint.dir says
-// the dir is visible to every rank (a shared file system under --checkpoint-roots), and its
-// ranks may span nodes.
+// first checkpoint and fail there. Data parallelism alone with periodic checkpoints has the same
+// limit at its first restart: rank 0's node holds the checkpoint, the other nodes do not, and
+// ranks that see different checkpoints refuse to start. loomd therefore keeps such a job on one
+// node (the scheduler gets the whole job as one group, so it places it on a single node) and
+// refuses it at create when no node can hold it, naming spec.checkpoint.dir. A spec that sets
+// checkpoint.dir says the dir is visible to every rank (a shared file system under
+// --checkpoint-roots), and its ranks may span nodes.
 //
 // A restarted gang that does not find the newest checkpoint its job had committed (a failover to
 // another node with node-local checkpoints) is never silent: ResumeNotice describes what happened

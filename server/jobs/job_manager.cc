@@ -591,11 +591,12 @@ void JobManager::LaunchLocked(ActiveJob& active, const std::vector<v1::Placement
 
 void JobManager::SendCancelLocked(const std::vector<std::string>& node_names,
                                   const std::string& job, int64_t generation,
-                                  const std::string& reason) {
+                                  const std::string& reason, bool checkpoint) {
   v1::CoordinatorMessage message;
   message.mutable_cancel()->set_job(job);
   message.mutable_cancel()->set_generation(generation);
   message.mutable_cancel()->set_reason(reason);
+  message.mutable_cancel()->set_checkpoint(checkpoint);
   for (const std::string& node : node_names) nodes_.Send(node, message);
 }
 
@@ -633,8 +634,8 @@ void JobManager::FailGangLocked(ActiveJob& active, bool retryable, const std::st
   SendCancelLocked(nodes, name, generation, absl::StrCat("gang stopped: ", what));
 }
 
-void JobManager::RequeueGangLocked(ActiveJob& active, const std::string& what,
-                                   absl::Duration delay) {
+void JobManager::RequeueGangLocked(ActiveJob& active, const std::string& what, absl::Duration delay,
+                                   bool checkpoint) {
   const std::string name = active.job.name();
   const std::vector<std::string> nodes = PlacementNodes(active.job);
   const int64_t generation = active.job.generation();
@@ -650,7 +651,7 @@ void JobManager::RequeueGangLocked(ActiveJob& active, const std::string& what,
   active.restart_at = clock_->Now() + delay;
   active.ready_since = active.restart_at;
   LOOM_LOG(INFO) << name << " generation " << generation << " re-queued: " << what;
-  SendCancelLocked(nodes, name, generation, absl::StrCat("gang moved: ", what));
+  SendCancelLocked(nodes, name, generation, absl::StrCat("gang moved: ", what), checkpoint);
 }
 
 }  // namespace loom::jobs

@@ -186,8 +186,9 @@ class JobManager {
   absl::Status DeleteNode(const v1::DeleteNodeRequest& request);
 
   // Starts a session for the node of `hello` (which must be registered), replacing an earlier one
-  // only when that one is no longer live (ALREADY_EXISTS otherwise), and reconciles what the worker runs with the store (see the .cc). Returns the session
-  // id to pass to the calls below. FAILED_PRECONDITION for an unregistered node.
+  // only when that one is no longer live (ALREADY_EXISTS otherwise), and reconciles what the worker
+  // runs with the store (see the .cc). Returns the session id to pass to the calls below.
+  // FAILED_PRECONDITION for an unregistered node.
   absl::StatusOr<uint64_t> OpenSession(const v1::SessionHello& hello,
                                        std::shared_ptr<nodes::SessionSink> sink);
   // Handles one message of an open session. FAILED_PRECONDITION when the session was replaced
@@ -311,12 +312,14 @@ class JobManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Stops the gang and puts it back in the queue after `delay` without spending a restart
   // (it was not the job's fault: a draining node, a start timeout, a node that failed to
-  // prepare it). Requires mu_.
-  void RequeueGangLocked(ActiveJob& active, const std::string& what, absl::Duration delay)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // prepare it). With `checkpoint` the ranks save a checkpoint at a step they agree on before
+  // they exit (CancelAssignment.checkpoint), which the next generation resumes from. Requires
+  // mu_.
+  void RequeueGangLocked(ActiveJob& active, const std::string& what, absl::Duration delay,
+                         bool checkpoint = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends CancelAssignment for (job, generation) to each node named. Requires mu_.
   void SendCancelLocked(const std::vector<std::string>& node_names, const std::string& job,
-                        int64_t generation, const std::string& reason)
+                        int64_t generation, const std::string& reason, bool checkpoint = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleRankStatusLocked(const std::string& node, const v1::RankStatus& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -354,7 +357,8 @@ class JobManager {
   // manager quarantines unknown gangs. Requires mu_.
   bool QuarantinedLocked(const std::string& node, const std::string& job, int64_t generation,
                          bool add) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Re-queues (free) every gang with a rank on the node. Requires mu_.
+  // Re-queues (free) every gang with a rank on the node; its ranks checkpoint before they exit
+  // (`delay` should cover the workers' stop grace). Requires mu_.
   void MoveGangsOffLocked(const std::string& node, const std::string& why, absl::Duration delay)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Marks nodes LOST whose last message is older than the node timeout. Requires mu_.

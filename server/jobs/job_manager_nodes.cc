@@ -204,7 +204,7 @@ void JobManager::MoveGangsOffLocked(const std::string& node, const std::string& 
   }
   for (const std::string& name : names) {
     auto it = active_.find(name);
-    if (it != active_.end()) RequeueGangLocked(*it->second, why, delay);
+    if (it != active_.end()) RequeueGangLocked(*it->second, why, delay, /*checkpoint=*/true);
   }
 }
 

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 #include <thread>
 
@@ -26,8 +27,13 @@ using ::testing::HasSubstr;
 class TrainerIntegrationTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    cluster_ = std::make_unique<Cluster>(ClusterOptions{
-        .workers = 2, .cpu_devices_per_worker = 1, .rank_program = "loom-train"});
+    // A gang moved off a draining node is placed again after 2.5 s: its ranks have the
+    // workers' 2 s stop grace to save first.
+    cluster_ =
+        std::make_unique<Cluster>(ClusterOptions{.workers = 2,
+                                                 .cpu_devices_per_worker = 1,
+                                                 .rank_program = "loom-train",
+                                                 .loomd_flags = {"--drain-requeue-delay-ms=2500"}});
     const absl::Status started = cluster_->Start();
     ASSERT_TRUE(started.ok()) << started;
   }
@@ -39,13 +45,13 @@ class TrainerIntegrationTest : public ::testing::Test {
 
   // A tiny GPT on the built-in corpus, one CPU device, 8 sequences of 64 tokens per step.
   std::string JobYaml(int steps, int checkpoint_every, int max_restarts) const {
-    return absl::StrCat("name: tiny-real\n", "model: {preset: tiny}\n",
-                        "data: {builtin: tiny-corpus}\n", "train: {steps: ", steps,
-                        ", global_batch_tokens: 512, lr: 3.0e-3, warmup_steps: 5, eval_every: ",
-                        steps / 2, "}\n", "resources: {cpu_devices: 1}\n",
-                        "checkpoint: {every_steps: ", checkpoint_every, "}\n",
-                        "restart: {max_restarts: ", max_restarts, ", backoff_seconds: 0.1}\n",
-                        "env: {OMP_NUM_THREADS: 1, OPENBLAS_NUM_THREADS: 1}\n");
+    return absl::StrCat(
+        "name: tiny-real\n", "model: {preset: tiny}\n", "data: {builtin: tiny-corpus}\n",
+        "train: {steps: ", steps,
+        ", global_batch_tokens: 512, lr: 3.0e-3, warmup_steps: 5, eval_every: ", steps / 2, "}\n",
+        "resources: {cpu_devices: 1}\n", "checkpoint: {every_steps: ", checkpoint_every, "}\n",
+        "restart: {max_restarts: ", max_restarts, ", backoff_seconds: 0.1}\n",
+        "env: {OMP_NUM_THREADS: 1, OPENBLAS_NUM_THREADS: 1}\n");
   }
 
   nlohmann::json GetJob(const std::string& name) {
@@ -156,6 +162,56 @@ TEST_F(TrainerIntegrationTest, KilledRankRestartsTheGangFromItsLastCheckpoint) {
     }
   }
   EXPECT_TRUE(restart_reason) << job["events"].dump(2);
+}
+
+// The issue: a stopped worker's gang lost every step since its last checkpoint. Now SIGTERM to
+// the worker drains its node; the gang saves a checkpoint at a step its ranks agree on
+// (SIGUSR2, docs/rank-contract.md) and resumes there on the other node, without a restart
+// charged. The job has no periodic checkpoint, so any resume point is the drain's own.
+TEST_F(TrainerIntegrationTest, AStoppedWorkerCheckpointsItsGangWhichResumesThereElsewhere) {
+  const std::string shared = cluster_->dir() + "/shared";
+  std::filesystem::create_directories(shared);
+  std::string yaml = JobYaml(400, 0, 0);
+  yaml.replace(yaml.find("checkpoint: {every_steps: 0}"),
+               std::string("checkpoint: {every_steps: 0}").size(),
+               absl::StrCat("checkpoint: {every_steps: 0, dir: ", shared, "/drained}"));
+  const CommandResult submit =
+      cluster_->Loomctl({"submit", "-f", cluster_->WriteFile("drain.yaml", yaml)});
+  ASSERT_EQ(submit.exit_code, 0) << submit.Describe();
+  const std::string name = submit.out.substr(0, submit.out.find('\n'));
+
+  int64_t step = 0;
+  nlohmann::json job;
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (absl::Now() < deadline && step < 15) {
+    job = GetJob(name);
+    if (!job.is_discarded() && job.contains("progress") && job["progress"].contains("step")) {
+      step = std::stoll(job["progress"]["step"].get<std::string>());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_GE(step, 15) << "the trainer made no progress";
+  const std::string node = job["placements"][0]["node"].get<std::string>();
+  cluster_->worker(node == "nodes/worker-0" ? 0 : 1).Signal(SIGTERM);
+
+  const CommandResult wait = cluster_->Loomctl({"get", name, "--wait"});
+  EXPECT_EQ(wait.exit_code, 0) << wait.Describe();
+  job = GetJob(name);
+  ASSERT_FALSE(job.is_discarded());
+  EXPECT_EQ(job["state"], "SUCCEEDED") << job.dump(2);
+  EXPECT_EQ(job["generation"], "2");
+  EXPECT_EQ(job.value("restartCount", 0), 0);
+  const CommandResult logs = cluster_->Loomctl({"logs", name});
+  ASSERT_EQ(logs.exit_code, 0) << logs.Describe();
+  // Generation 1 stopped with a checkpoint at a step past the one seen above; generation 2
+  // resumed from that very step.
+  std::smatch stopped;
+  ASSERT_TRUE(std::regex_search(logs.out, stopped,
+                                std::regex("stopped on request after step ([0-9]+) "
+                                           "\\(checkpoint saved\\)")))
+      << logs.out;
+  EXPECT_GE(std::stoll(stopped[1]), step);
+  EXPECT_THAT(logs.out, HasSubstr(absl::StrCat("(step ", std::string(stopped[1]), ")")));
 }
 
 }  // namespace

@@ -167,6 +167,21 @@ TEST_F(JobManagerSpecTest, ShardedCheckpointsWithoutASharedDirStayOnOneNode) {
   EXPECT_THAT(std::string(refused.message()), HasSubstr("at most 2 devices per ready node"));
   wide.mutable_checkpoint()->set_dir("/shared/ckpt");
   EXPECT_TRUE(manager_->CreateJob(CreateRequest(wide)).ok());
+
+  // Data parallelism alone with periodic checkpoints: rank 0's node alone would hold them and
+  // a restart would find the ranks disagreeing (exit 2), so the same rule applies.
+  v1::JobSpec dp = CpuSpec(3);
+  dp.mutable_parallelism()->set_data(3);
+  dp.mutable_checkpoint()->set_every_steps(5);
+  const absl::Status dp_refused = manager_->CreateJob(CreateRequest(dp)).status();
+  EXPECT_EQ(dp_refused.code(), absl::StatusCode::kFailedPrecondition) << dp_refused;
+  EXPECT_THAT(std::string(dp_refused.message()),
+              HasSubstr("resumes every rank from the periodic checkpoint rank 0 writes"));
+  // Without periodic checkpoints nothing is resumed from, and the ranks may spread.
+  dp.mutable_checkpoint()->set_every_steps(0);
+  absl::StatusOr<v1::Job> no_periodic = manager_->CreateJob(CreateRequest(dp));
+  ASSERT_TRUE(no_periodic.ok()) << no_periodic.status();
+  EXPECT_EQ(PlacementGroup(no_periodic->spec(), no_periodic->layout()), 1);
 }
 
 TEST_F(JobManagerSpecTest, ARestartThatLostTheLastCheckpointSaysSo) {

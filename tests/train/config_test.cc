@@ -154,7 +154,7 @@ TEST(SpecTest, ProtoJsonMappingWithCamelCaseStringsAndZeroDefaults) {
   JobConfig c = FromJson(R"({"name": "job-7", "model": {"preset": "tiny", "layers": 0,
       "hidden": 0, "heads": 0, "seqLen": 0, "vocab": 0},
       "data": {"path": "", "builtin": "tiny-corpus", "valPath": ""},
-      "train": {"steps": "200", "globalBatchTokens": "512", "lr": 0, "precision": "",
+      "train": {"steps": "200", "globalBatchTokens": "512", "precision": "",
                 "seed": "0", "warmupSteps": "5", "minLrRatio": 0, "weightDecay": 0.05,
                 "gradClip": 0, "evalEvery": "50", "seqLen": 32},
       "resources": {"gpus": 0, "cpuDevices": 1},
@@ -166,7 +166,7 @@ TEST(SpecTest, ProtoJsonMappingWithCamelCaseStringsAndZeroDefaults) {
   EXPECT_EQ(c.model, *PresetDims("tiny"));
   EXPECT_EQ(c.steps, 200);
   EXPECT_EQ(c.global_batch_tokens, 512);
-  EXPECT_DOUBLE_EQ(c.lr, 6e-4);    // zero means unset
+  EXPECT_DOUBLE_EQ(c.lr, 6e-4);    // absent (an unset optional field is not printed): default
   EXPECT_EQ(c.seed, 0u);           // explicit presence in job.proto: 0 is a seed
   EXPECT_EQ(c.precision, "fp32");  // empty means unset
   EXPECT_EQ(c.warmup_steps, 5);
@@ -194,6 +194,9 @@ TEST(SpecTest, ErrorsNameTheFileAndField) {
               HasSubstr("train.steps: expected > 0"));
   EXPECT_THAT(ErrorOf([&] { FromYaml(base + "train: {steps: 5, lr: fast}\n"); }),
               HasSubstr("train.lr: expected a finite number"));
+  // An explicit 0 is not "the default" (loomd refuses it at create too).
+  EXPECT_THAT(ErrorOf([&] { FromYaml(base + "train: {steps: 5, lr: 0}\n"); }),
+              HasSubstr("train.lr: expected > 0"));
   EXPECT_THAT(ErrorOf([&] { FromYaml(base + "train: {steps: 5, precision: fp8}\n"); }),
               HasSubstr("train.precision"));
   EXPECT_THAT(ErrorOf([&] { FromYaml(base + "train: {steps: 5}\nmodel: {preset: x}\n"); }),

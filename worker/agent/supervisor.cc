@@ -183,8 +183,9 @@ void Supervisor::DumpStacks(const std::string& job, int64_t generation) {
   Post(std::move(c));
 }
 
-void Supervisor::Cancel(const std::string& job, int64_t generation, const std::string& reason) {
-  Post(Command{Command::kCancel, {}, job, generation, reason});
+void Supervisor::Cancel(const std::string& job, int64_t generation, const std::string& reason,
+                        bool checkpoint) {
+  Post(Command{Command::kCancel, {}, job, generation, reason, checkpoint});
 }
 
 std::vector<loom::v1::RunningJob> Supervisor::RunningJobs() const {
@@ -244,7 +245,8 @@ void Supervisor::Loop() {
                                "not started: the worker is shutting down");
                 job->next.reset();
               }
-              StopJob(*job, "the worker is shutting down");
+              // The node drains: keep the work (loomd re-queues the gang without a restart).
+              StopJob(*job, "the worker is shutting down", /*checkpoint=*/true);
             }
           }
           break;
@@ -394,7 +396,9 @@ void Supervisor::HandleCancel(const Command& c) {
     FailAssignment(*job.next, loom::v1::EXIT_CLASS_STOPPED, absl::StrCat("not started: ", reason));
     job.next.reset();
   }
-  if (c.generation == 0 || c.generation == job.assignment.generation()) StopJob(job, reason);
+  if (c.generation == 0 || c.generation == job.assignment.generation()) {
+    StopJob(job, reason, c.checkpoint);
+  }
 }
 
 void Supervisor::HandleDumpStacks(const Command& c) {
@@ -623,7 +627,7 @@ void Supervisor::LaunchJob(loom::v1::Assignment a) {
   if (!failure.empty()) StopJob(*job, failure);
 }
 
-void Supervisor::StopJob(Job& job, const std::string& reason) {
+void Supervisor::StopJob(Job& job, const std::string& reason, bool checkpoint) {
   const absl::Time deadline = absl::Now() + options_.stop_grace;
   for (auto& rank : job.ranks) {
     if (!rank->alive || !rank->stop_reason.empty()) continue;
@@ -633,7 +637,7 @@ void Supervisor::StopJob(Job& job, const std::string& reason) {
       ::kill(-rank->pid, SIGKILL);
       rank->killed = true;
     } else {
-      ::kill(-rank->pid, SIGTERM);
+      ::kill(-rank->pid, checkpoint ? SIGUSR2 : SIGTERM);
     }
   }
 }

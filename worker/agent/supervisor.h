@@ -108,7 +108,8 @@ class Supervisor {
 
   // Stops the ranks of `job` if its running generation is `generation` (0: whichever runs), and
   // drops a queued newer generation it names. Unknown jobs are ignored. Thread-safe, non-blocking.
-  void Cancel(const std::string& job, int64_t generation, const std::string& reason);
+  void Cancel(const std::string& job, int64_t generation, const std::string& reason,
+              bool checkpoint = false);
 
   // Asks every live rank of (job, generation) for its stacks (SIGUSR1) and reports each one's
   // answer, or that it did not answer within `stack_dump_wait` and its /proc state, through
@@ -135,6 +136,7 @@ class Supervisor {
     std::string job;
     int64_t generation = 0;
     std::string reason;
+    bool checkpoint = false;  // kCancel: stop with a checkpoint (StopJob)
   };
 
   void Post(Command command);
@@ -155,7 +157,9 @@ class Supervisor {
   void FailAssignment(const loom::v1::Assignment& assignment, loom::v1::ExitClass exit_class,
                       const std::string& message, const std::string& prepare_error = "",
                       bool no_space = false);
-  void StopJob(Job& job, const std::string& reason);
+  // Stops every live rank of the job: SIGTERM, or with `checkpoint` SIGUSR2 (the ranks save a
+  // checkpoint at a step they agree on, then exit); SIGKILL once stop_grace has passed.
+  void StopJob(Job& job, const std::string& reason, bool checkpoint = false);
   void ReadPipe(Job& job, Rank& rank, int which, size_t budget_bytes);
   void ClosePipe(Job& job, Rank& rank, int which);
   void OnLine(Job& job, Rank& rank, int which, std::string line);

@@ -290,7 +290,7 @@ int main(int argc, char** argv) {
   callbacks.running_jobs = [&supervisor] { return supervisor.RunningJobs(); };
   callbacks.on_assign = [&supervisor](v1::Assignment a) { supervisor.Assign(std::move(a)); };
   callbacks.on_cancel = [&supervisor](const v1::CancelAssignment& c) {
-    supervisor.Cancel(c.job(), c.generation(), c.reason());
+    supervisor.Cancel(c.job(), c.generation(), c.reason(), c.checkpoint());
   };
   callbacks.on_dump_stacks = [&supervisor](const v1::DumpStacks& d) {
     supervisor.DumpStacks(d.job(), d.generation());

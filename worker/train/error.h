@@ -18,6 +18,9 @@ namespace loom::train {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitCrash = 1;
 inline constexpr int kExitBadInput = 2;
+// Stopped on a stop request (SIGUSR2, diag/stop_request.h) after the gang saved a checkpoint at
+// the step it agreed on: the worker asked for it, loomd re-queues the job from that checkpoint.
+inline constexpr int kExitStopped = 75;
 
 // Thrown for bad configuration or input; what() is the complete one-line message.
 class InputError : public std::runtime_error {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "worker/train/diag/stack_dump.h"
+#include "worker/train/diag/stop_request.h"
 #include "worker/train/run.h"
 #ifdef LOOM_HAVE_GRPC_RENDEZVOUS
 #include "worker/train/comm/grpc_rendezvous_store.h"
@@ -24,8 +25,11 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   // loom-worker asks for stacks with SIGUSR1 when the job stops making progress.
   loom::train::InstallStackDumpHandler();
+  // loom-worker asks for a checkpoint and a stop with SIGUSR2 when the node drains.
+  loom::train::InstallStopRequestHandler();
   std::vector<std::string> args(argv + 1, argv + argc);
   loom::train::RunOptions options;
+  options.stop_requested = &loom::train::StopRequested;
 #ifdef LOOM_HAVE_GRPC_RENDEZVOUS
   options.service_store = &loom::train::OpenGrpcRendezvousStore;
 #endif

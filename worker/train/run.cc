@@ -248,7 +248,8 @@ void ReportResume(const std::string& dir, const CheckpointMeta& meta, const JobC
 
 int TrainOnCuda(const JobConfig& config, const BatchShape& shape, const RankEnv& env,
                 const Flags& flags, int device, const std::string& checkpoint_dir,
-                const DeviceTrainerOptions& trainer_options, DeviceTrainer* trainer);
+                const DeviceTrainerOptions& trainer_options,
+                const std::function<bool()>& stop_requested, DeviceTrainer* trainer);
 
 // The training loop on a CUDA device: the CPU loop's progress, evaluation and checkpoints. Under
 // data parallelism (dp > 1, tp = pp = 1) the trainer meets its peers over NCCL through the same
@@ -267,7 +268,7 @@ int RunOnCuda(const JobConfig& config, const BatchShape& shape, const Dataset& d
       options.cuda_trainer(config, shape, data, device, trainer_options);
   try {
     return TrainOnCuda(config, shape, env, flags, device, checkpoint_dir, trainer_options,
-                       trainer.get());
+                       options.stop_requested, trainer.get());
   } catch (const CommError&) {
     // Work queued behind a failed collective may never finish on the device, and destroying
     // the trainer synchronises its stream: leave the device to the process exit (the caller
@@ -277,10 +278,14 @@ int RunOnCuda(const JobConfig& config, const BatchShape& shape, const Dataset& d
   }
 }
 
-// RunOnCuda's loop, with the trainer built.
+// RunOnCuda's loop, with the trainer built. A stop request (RunOptions::stop_requested) saves
+// a checkpoint first only for one rank: the GPU's data parallelism has no world all-reduce to
+// agree on a step in, so its ranks stop at once, as on SIGTERM, and resume from the last
+// periodic checkpoint.
 int TrainOnCuda(const JobConfig& config, const BatchShape& shape, const RankEnv& env,
                 const Flags& flags, int device, const std::string& checkpoint_dir,
-                const DeviceTrainerOptions& trainer_options, DeviceTrainer* trainer) {
+                const DeviceTrainerOptions& trainer_options,
+                const std::function<bool()>& stop_requested, DeviceTrainer* trainer) {
   if (!checkpoint_dir.empty()) {
     CheckCheckpointStorage(checkpoint_dir, CheckpointBytesEstimate(config.model));
   }
@@ -324,11 +329,19 @@ int TrainOnCuda(const JobConfig& config, const BatchShape& shape, const RankEnv&
       progress.Eval(r.step, trainer->Evaluate());
     }
     const bool periodic = config.checkpoint_every > 0 && r.step % config.checkpoint_every == 0;
-    if (!checkpoint_dir.empty() && (periodic || last)) {
+    const bool stop = !last && stop_requested && stop_requested();
+    const bool save_on_stop = stop && env.world_size == 1 && !checkpoint_dir.empty();
+    if (!checkpoint_dir.empty() && (periodic || last || save_on_stop)) {
       // Every rank takes part (dp rank 0 writes, then all meet); dp rank 0 announces it.
       const std::string saved = trainer->Save(checkpoint_dir, env.generation);
       if (shape.dp_rank == 0) progress.Checkpoint(r.step, saved);
       if (env.rank == 0) PruneCheckpoints(checkpoint_dir, config.checkpoint_keep);
+    }
+    if (stop) {
+      std::fprintf(stderr, "loom-train: rank %d stopped on request after step %lld (%s)\n",
+                   env.rank, static_cast<long long>(r.step),
+                   save_on_stop ? "checkpoint saved" : "nothing saved");
+      return kExitStopped;
     }
   }
   return kExitOk;
@@ -386,6 +399,7 @@ int Run(const std::vector<std::string>& args, const std::function<const char*(co
   trainer_options.bucket_bytes =
       std::max<size_t>(sizeof(float), static_cast<size_t>(flags.dp_bucket_mb * 1048576.0));
   trainer_options.dp_overlap = flags.dp_overlap;
+  trainer_options.stop_requested = options.stop_requested;
   TrainerComms comms{groups.world.get(), groups.dp.get(), groups.tp.get(), groups.pp.get(),
                      groups.emb.get()};
   Trainer trainer(config, shape, data, comms, trainer_options);
@@ -416,6 +430,13 @@ int Run(const std::vector<std::string>& args, const std::function<const char*(co
   const bool writes_checkpoints = !checkpoint_dir.empty();
 
   Progress progress(env.rank, config.steps, env.progress_fd, ::isatty(2) == 1 && !flags.quiet);
+  auto save = [&](int64_t step) {
+    const std::string saved = trainer.Save(checkpoint_dir, env.generation);
+    // Announced by the ranks that wrote a shard, as before by the one writer of dp.
+    if (shape.dp_rank == 0) progress.Checkpoint(step, saved);
+    // The committer prunes, after the commit that every rank waited for in Save.
+    if (env.rank == 0) PruneCheckpoints(checkpoint_dir, config.checkpoint_keep);
+  };
   while (trainer.step() < config.steps) {
     StepResult r = trainer.Step();
     progress.Step(r);
@@ -424,12 +445,13 @@ int Run(const std::vector<std::string>& args, const std::function<const char*(co
       progress.Eval(r.step, trainer.Evaluate());
     }
     const bool periodic = config.checkpoint_every > 0 && r.step % config.checkpoint_every == 0;
-    if (writes_checkpoints && (periodic || last)) {
-      const std::string saved = trainer.Save(checkpoint_dir, env.generation);
-      // Announced by the ranks that wrote a shard, as before by the one writer of dp.
-      if (shape.dp_rank == 0) progress.Checkpoint(r.step, saved);
-      // The committer prunes, after the commit that every rank waited for in Save.
-      if (env.rank == 0) PruneCheckpoints(checkpoint_dir, config.checkpoint_keep);
+    const bool stop = r.stop_requested && !last;
+    if (writes_checkpoints && (periodic || last || stop)) save(r.step);
+    if (stop) {
+      std::fprintf(stderr, "loom-train: rank %d stopped on request after step %lld (%s)\n",
+                   env.rank, static_cast<long long>(r.step),
+                   writes_checkpoints ? "checkpoint saved" : "no checkpoint dir: nothing saved");
+      return kExitStopped;
     }
   }
   if (!flags.export_llmc.empty() && shape.dp_rank == 0) {

@@ -26,11 +26,15 @@ struct RunOptions {
   // True where cuda_trainer can run data parallelism (dp > 1, tp = pp = 1) over NCCL: a build
   // with NCCL (LOOM_HAVE_NCCL). Otherwise --device cuda refuses dp > 1 (exit 2).
   bool cuda_data_parallel = false;
+  // Whether this rank was asked to stop with its work kept (loom-train: SIGUSR2,
+  // diag/stop_request.h). The gang agrees on a step, saves a checkpoint there when it has a
+  // checkpoint directory, and RunLoomTrain returns kExitStopped. Empty: never asked.
+  std::function<bool()> stop_requested;
 };
 
 // Runs loom-train with `args` (argv without the program name) and the environment read through
 // `getenv` (nullptr for unset). Returns the exit status: kExitOk, kExitBadInput (a one-line
-// error on stderr naming the file or field) or kExitCrash.
+// error on stderr naming the file or field), kExitCrash or kExitStopped.
 int RunLoomTrain(const std::vector<std::string>& args,
                  const std::function<const char*(const char*)>& getenv,
                  const RunOptions& options = {});

@@ -246,8 +246,10 @@ StepResult Trainer::Step() {
   // The part of the gradients this rank reduced and updates: its ZeRO-1 range or everything.
   const size_t begin = optimizer_.begin(), end = optimizer_.end();
   profiler_.Enter(Phase::kOptimizer);
+  const bool stop_here = options_.stop_requested && options_.stop_requested();
   if (alone) {
     r.grad_norm = GradNorm(model_.grads(), table);
+    r.stop_requested = stop_here;
   } else {
     // One world all-reduce carries the loss (from the last stage's tensor rank 0, averaged over
     // dp) and the squared gradient norm (each tensor once: its owners, on dp rank 0, or under
@@ -262,15 +264,17 @@ StepResult Trainer::Step() {
             loom::kernels::cpu::sum_of_squares(model_.grads() + lo, static_cast<long>(hi - lo));
       }
     }
-    float shared[2] = {
+    // The third value counts the ranks asked to stop: the gang agrees on this step to save at.
+    float shared[3] = {
         last_stage() && shape_.tp_rank == 0 ? loss / static_cast<float>(shape_.dp_size) : 0.0f,
-        static_cast<float>(sumsq)};
+        static_cast<float>(sumsq), stop_here ? 1.0f : 0.0f};
     profiler_.Enter(Phase::kCommExposed);
-    comms_.world->AllReduceSum(shared, 2)->Wait();
+    comms_.world->AllReduceSum(shared, 3)->Wait();
     r.comm.world_all_reduce = sizeof(shared);
     profiler_.Enter(Phase::kOptimizer);
     loss = shared[0];
     r.grad_norm = std::sqrt(static_cast<double>(std::max(shared[1], 0.0f)));
+    r.stop_requested = shared[2] > 0.5f;
   }
   if (!std::isfinite(loss)) {
     throw BadInput("train.lr", "the loss became " + std::to_string(loss) + " at step " +

@@ -27,6 +27,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,6 +65,9 @@ struct StepResult {
   StepTimes times;             // kCommExposed: waiting on collectives; kBubble: on pipeline peers
   size_t allreduce_bytes = 0;  // bytes this rank all-reduced in the step over dp (0 when dp = 1)
   CommBytes comm;
+  // Some rank of the world was asked to stop (TrainerOptions::stop_requested), agreed in this
+  // step's world all-reduce: every rank sees the same value at the same step.
+  bool stop_requested = false;
   double dp_comm_seconds = 0.0;  // time the dp buckets kept the communication thread busy
   // Derived ratios (0 when not applicable):
   double overlap_ratio = 0.0;    // 1 - wait on the dp buckets / dp_comm_seconds (dp > 1)
@@ -104,6 +108,9 @@ struct TrainerOptions {
   size_t bucket_bytes = kDefaultBucketBytes;  // dp gradient bucket size
   // Launch the dp buckets during backward (true) or all after it (false; for the benchmark).
   bool dp_overlap = true;
+  // Read once at the end of each step (diag/stop_request.h): whether this rank was asked to stop.
+  // Its OR over the world is StepResult::stop_requested. Unset: never.
+  std::function<bool()> stop_requested;
 };
 
 class Trainer {

@@ -156,7 +156,7 @@ JobConfig JobConfigFromValue(const Value& spec, const std::string& source) {
                       if (x.kind == Value::Kind::kNull) return;
                       if (k == "steps") c.steps = r.Int(x, f);
                       if (k == "global_batch_tokens") c.global_batch_tokens = r.Int(x, f);
-                      if (k == "lr" && r.Double(x, f) != 0.0) c.lr = r.Double(x, f);
+                      if (k == "lr") c.lr = r.Double(x, f);  // explicit: 0 is refused below
                       if (k == "precision" && !r.String(x, f).empty()) {
                         c.precision = r.String(x, f);
                       }
