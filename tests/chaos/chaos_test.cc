@@ -1,6 +1,7 @@
 // The seeded fault run: many short checkpointing jobs on a real local cluster (loomd, two
 // workers, test_rank ranks, TLS and tokens) while a seeded random schedule kills, pauses and
-// restarts ranks, workers and loomd, and fills the disk of the shared checkpoint root (a small
+// restarts ranks, workers and loomd, drops the workers' connections to loomd (they dial it
+// through tests/support/tcp_proxy.h), and fills the disk of the shared checkpoint root (a small
 // tmpfs, when this process may mount one). Afterwards the recorded history is checked:
 //   - every job ends, and SUCCEEDED (restarts are plentiful);
 //   - every transition in every job's event log is legal (jobs::IsTransitionAllowed);
@@ -35,6 +36,7 @@
 #include "gtest/gtest.h"
 #include "server/jobs/job_state_machine.h"
 #include "tests/integration/cluster.h"
+#include "tests/support/tcp_proxy.h"
 
 namespace loom::testing {
 namespace {
@@ -101,6 +103,10 @@ class ChaosRun {
     options.heartbeat_interval_ms = 200;
     options.node_timeout_ms = 2000;
     options.stop_grace_ms = 1000;
+    // The workers reach loomd through a proxy that can drop their connections.
+    proxy_ = std::make_unique<TcpProxy>([this] { return cluster_->loomd_port(); });
+    ASSERT_TRUE(proxy_->Start());
+    options.worker_coordinator = absl::StrCat("127.0.0.1:", proxy_->port());
     cluster_ = std::make_unique<Cluster>(options);
     ASSERT_TRUE(cluster_->Start().ok());
     out_ = cluster_->out_dir();
@@ -119,7 +125,8 @@ class ChaosRun {
     std::cout << "[chaos] seed " << seed_ << ": " << kJobs << " jobs, " << figures_.succeeded
               << " SUCCEEDED, faults {"
               << absl::StrJoin(figures_.faults, ", ", absl::PairFormatter("=")) << "}, restarts "
-              << figures_.restarts << ", steps lost " << figures_.steps_lost << std::endl;
+              << figures_.restarts << ", worker connections cut " << proxy_->dropped()
+              << ", steps lost " << figures_.steps_lost << std::endl;
     for (long pid : AliveRanks(out_)) kill(static_cast<pid_t>(pid), SIGKILL);
     cluster_->Shutdown(/*keep_dir=*/true);
     if (small_disk_) umount2(shared_.c_str(), MNT_DETACH);
@@ -160,12 +167,12 @@ class ChaosRun {
     while (absl::Now() < end) {
       Sleep(Uniform(500, 2000));
       const int kind = Uniform(0, 99);
-      if (kind < 35) {
+      if (kind < 33) {
         const std::vector<long> ranks = AliveRanks(out_);
         if (ranks.empty()) continue;
         kill(static_cast<pid_t>(ranks[Uniform(0, ranks.size() - 1)]), SIGKILL);
         ++figures_.faults["rank_killed"];
-      } else if (kind < 55) {
+      } else if (kind < 50) {
         const std::vector<long> ranks = AliveRanks(out_);
         if (ranks.empty()) continue;
         const pid_t pid = static_cast<pid_t>(ranks[Uniform(0, ranks.size() - 1)]);
@@ -173,32 +180,37 @@ class ChaosRun {
         Sleep(Uniform(200, 1500));
         kill(pid, SIGCONT);
         ++figures_.faults["rank_paused"];
-      } else if (kind < 70) {
+      } else if (kind < 64) {
         const int w = Uniform(0, 1);
         cluster_->worker(w).Kill();
         Sleep(Uniform(100, 1000));
         EXPECT_TRUE(cluster_->StartWorker(w).ok()) << "worker " << w << " did not come back";
         ++figures_.faults["worker_killed"];
-      } else if (kind < 80) {
+      } else if (kind < 74) {
         const int w = Uniform(0, 1);
         cluster_->worker(w).Signal(SIGSTOP);
         Sleep(Uniform(200, 1500));  // below and near the 2 s node timeout
         cluster_->worker(w).Signal(SIGCONT);
         ++figures_.faults["worker_paused"];
-      } else if (kind < 86 && small_disk_) {
+      } else if (kind < 80 && small_disk_) {
         FillTheDisk(Uniform(200, 1500));
         ++figures_.faults["disk_full"];
-      } else if (kind < 92) {
+      } else if (kind < 86) {
         const int port = cluster_->loomd_port();
         cluster_->loomd().Kill();
         Sleep(Uniform(100, 1000));
         EXPECT_TRUE(cluster_->StartLoomd(port).ok()) << "loomd did not come back";
         ++figures_.faults["loomd_killed"];
-      } else {
+      } else if (kind < 92) {
         cluster_->loomd().Signal(SIGSTOP);  // every connection to loomd stalls
         Sleep(Uniform(200, 1500));
         cluster_->loomd().Signal(SIGCONT);
         ++figures_.faults["loomd_paused"];
+      } else {
+        // The network drops the workers' sessions while loomd stays up: each worker reconnects
+        // and loomd reconciles what it runs.
+        proxy_->DropAll();
+        ++figures_.faults["connections_dropped"];
       }
     }
   }
@@ -293,6 +305,7 @@ class ChaosRun {
   const int seed_;
   std::mt19937_64 rng_;
   std::unique_ptr<Cluster> cluster_;
+  std::unique_ptr<TcpProxy> proxy_;  // after cluster_: stopped first, it asks cluster_ for a port
   std::string out_;
   std::string shared_;
   bool small_disk_ = false;

@@ -425,7 +425,10 @@ absl::Status Cluster::StartWorker(int index) {
   const std::string ready = absl::StrCat(dir_, "/", name, ".ready");
   std::filesystem::remove(ready);
   std::vector<std::string> argv = {
-      bin_dir_ + "/loom-worker", absl::StrCat("--coordinator=", loomd_address_),
+      bin_dir_ + "/loom-worker",
+      absl::StrCat("--coordinator=", options_.worker_coordinator.empty()
+                                         ? loomd_address_
+                                         : options_.worker_coordinator),
       "--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0", absl::StrCat("--name=", name),
       absl::StrCat("--cpu-devices=", options_.cpu_devices_per_worker),
       absl::StrCat("--work-dir=", dir_, "/work-", index), absl::StrCat("--ready-file=", ready),

@@ -99,6 +99,9 @@ struct ClusterOptions {
   std::vector<std::string> loomd_flags;
   // Extra loom-worker flags, e.g. {"--fence-timeout-ms=2000"}.
   std::vector<std::string> worker_flags;
+  // The address the workers dial for loomd (e.g. a proxy that can drop their connections);
+  // empty: loomd's own address.
+  std::string worker_coordinator;
 };
 
 class Cluster {
