@@ -357,6 +357,11 @@ class JobManager {
   // manager quarantines unknown gangs. Requires mu_.
   bool QuarantinedLocked(const std::string& node, const std::string& job, int64_t generation,
                          bool add) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the node's quarantines of gangs its worker no longer runs (`running`: its hello's
+  // (job, generation) pairs) and stores the node when that changed it. Requires mu_.
+  void ForgetEndedQuarantinesLocked(nodes::NodeEntry& entry,
+                                    const std::set<std::pair<std::string, int64_t>>& running)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Re-queues (free) every gang with a rank on the node; its ranks checkpoint before they exit
   // (`delay` should cover the workers' stop grace). Requires mu_.
   void MoveGangsOffLocked(const std::string& node, const std::string& why, absl::Duration delay)

@@ -189,6 +189,11 @@ bool JobManager::QuarantinedLocked(const std::string& node, const std::string& j
     return false;
   }
   entry->node.add_quarantined(key);
+  // Stored, so that a later loomd keeps it alive too (a failed write keeps it in memory: the
+  // gang is not killed for it).
+  if (absl::Status s = PersistNodeLocked(*entry, entry->node.state()); !s.ok()) {
+    LOOM_LOG(ERROR) << "cannot store the quarantine of " << key << " on " << node << ": " << s;
+  }
   LOOM_LOG(WARNING) << node << " runs " << key
                     << ", which this loomd (started fresh) does not know: quarantined, left "
                        "running; stop it with loomctl nodes drain "
@@ -205,6 +210,30 @@ void JobManager::MoveGangsOffLocked(const std::string& node, const std::string& 
   for (const std::string& name : names) {
     auto it = active_.find(name);
     if (it != active_.end()) RequeueGangLocked(*it->second, why, delay, /*checkpoint=*/true);
+  }
+}
+
+void JobManager::ForgetEndedQuarantinesLocked(
+    nodes::NodeEntry& entry, const std::set<std::pair<std::string, int64_t>>& running) {
+  if (entry.node.quarantined_size() == 0) return;
+  v1::Node updated = entry.node;
+  updated.clear_quarantined();
+  for (const std::string& key : entry.node.quarantined()) {
+    const size_t at = key.rfind('@');
+    int64_t generation = 0;
+    if (at != std::string::npos && absl::SimpleAtoi(key.substr(at + 1), &generation) &&
+        running.contains({key.substr(0, at), generation})) {
+      updated.add_quarantined(key);
+    } else {
+      LOOM_LOG(INFO) << entry.node.name() << " no longer runs the quarantined " << key
+                     << "; quarantine lifted";
+    }
+  }
+  if (updated.quarantined_size() == entry.node.quarantined_size()) return;
+  const v1::Node before = std::exchange(entry.node, std::move(updated));
+  if (absl::Status s = PersistNodeLocked(entry, entry.node.state()); !s.ok()) {
+    entry.node = before;
+    LOOM_LOG(ERROR) << "cannot store " << entry.node.name() << "'s quarantines: " << s;
   }
 }
 

@@ -132,6 +132,9 @@ absl::StatusOr<uint64_t> JobManager::OpenSession(const v1::SessionHello& hello,
   std::set<std::pair<std::string, int64_t>> reported;
   for (const v1::RunningJob& running : hello.running()) {
     reported.insert({running.job(), running.generation()});
+  }
+  ForgetEndedQuarantinesLocked(*entry, reported);
+  for (const v1::RunningJob& running : hello.running()) {
     auto it = active_.find(running.job());
     const bool keep = it != active_.end() && IsGangState(it->second->job.state()) &&
                       it->second->job.generation() == running.generation() &&

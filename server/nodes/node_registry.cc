@@ -88,7 +88,8 @@ void NodeRegistry::Restore(const v1::Node& node, absl::Time now) {
   NodeEntry& entry = nodes_[node.name()];
   entry.node = node;
   entry.node.clear_allocated_devices();
-  entry.node.clear_quarantined();  // a quarantine lives as long as the loomd that decided it
+  // A quarantine outlives loomd's restarts: the gangs it keeps alive wait for an operator, and a
+  // later loomd (no longer started fresh) would otherwise cancel them as unknown.
   entry.last_seen = now;
 }
 
@@ -108,6 +109,10 @@ v1::Node NodeRegistry::Registered(const v1::RegisterNodeRequest& request, absl::
       absl::StartsWith(known->node.drain_reason(), kOperatorDrainPrefix)) {
     node.set_draining(true);
     node.set_drain_reason(known->node.drain_reason());
+  }
+  // So does a quarantine (the session's hello then drops the gangs the worker no longer runs).
+  if (const NodeEntry* known = Find(node.name()); known != nullptr) {
+    *node.mutable_quarantined() = known->node.quarantined();
   }
   return node;
 }

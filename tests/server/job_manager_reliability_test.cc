@@ -449,6 +449,31 @@ TEST_F(ReliabilityTest, UnknownGangsAreQuarantinedNotKilledAfterAFreshStart) {
   EXPECT_TRUE(NodeNamed("nodes/a").quarantined().empty());
 }
 
+// A quarantine is the operator's to lift: a later loomd, restarted normally on the same store,
+// must not cancel the gang as unknown (it once lived only in the memory of the loomd that
+// decided it). It is lifted by itself once the worker no longer runs the gang.
+TEST_F(ReliabilityTest, AQuarantineOutlivesARestartOfLoomdUntilTheGangEnds) {
+  options_.quarantine_unknown_gangs = true;
+  NewManager();
+  auto sink = Connect("a", 1, HelloRunning("jobs/lost-job", 3));
+  ASSERT_THAT(NodeNamed("nodes/a").quarantined(), ::testing::ElementsAre("jobs/lost-job@3"));
+
+  options_.quarantine_unknown_gangs = false;  // an ordinary restart
+  NewManager();
+  sessions_.clear();
+  sink = Connect("a", 1, HelloRunning("jobs/lost-job", 3));
+  EXPECT_TRUE(Cancels(sink->Take()).empty()) << "the quarantined gang was cancelled";
+  EXPECT_THAT(NodeNamed("nodes/a").quarantined(), ::testing::ElementsAre("jobs/lost-job@3"));
+
+  // The worker restarted without it: the quarantine is lifted, and stays lifted.
+  ASSERT_TRUE(Reregister("a", 1));
+  EXPECT_TRUE(NodeNamed("nodes/a").quarantined().empty());
+  NewManager();
+  sessions_.clear();
+  Connect("a", 1);
+  EXPECT_TRUE(NodeNamed("nodes/a").quarantined().empty());
+}
+
 TEST_F(ReliabilityTest, WithoutAFreshStartUnknownGangsAreStillCancelled) {
   auto sink = Connect("a", 1, HelloRunning("jobs/stale-job", 2));
   EXPECT_EQ(Cancels(sink->Take()).size(), 1u);
