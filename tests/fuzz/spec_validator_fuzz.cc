@@ -3,7 +3,8 @@
 // when it starts with '{' (what loomctl sends, after YAML), else protobuf wire bytes (what any
 // gRPC client can send); the cluster's capacity comes from the input's last bytes. Contracts
 // (spec_validator.h): never a crash; an accepted spec's layout multiplies to its devices and
-// fits the cluster; validating the validated spec gives the same spec and layout back.
+// fits the cluster; validating the validated spec gives the same spec and layout back. Under
+// libFuzzer the inputs are mutated as JobSpecs (proto_mutator.h), not only as bytes.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <cstddef>
@@ -16,6 +17,9 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "loom/v1/job.pb.h"
 #include "server/jobs/spec_validator.h"
+#ifdef LOOM_FUZZ_ENGINE
+#include "tests/fuzz/proto_mutator.h"
+#endif
 
 namespace {
 
@@ -37,6 +41,15 @@ loom::jobs::SpecPolicy Policy() {
 
 // Parsing fuzzed wire bytes logs every string field that is not UTF-8; quiet, for speed.
 static google::protobuf::LogSilencer quiet_protobuf;
+
+#ifdef LOOM_FUZZ_ENGINE
+// The input is the spec followed by the 5 bytes FuzzedDataProvider reads the capacity from (it
+// consumes integers from the end): mutate the spec as a JobSpec, keep the capacity.
+extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max_size,
+                                          unsigned int seed) {
+  return loom::fuzz::MutateProtoInput<loom::v1::JobSpec>(data, size, max_size, seed, 5);
+}
+#endif
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include <regex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "tests/integration/cluster.h"
@@ -63,25 +65,25 @@ class TrainerIntegrationTest : public ::testing::Test {
   std::unique_ptr<Cluster> cluster_;
 };
 
-// The pid of the loom-train process whose environment names `job`, or 0. Read from /proc, since
-// the trainer (unlike test_rank) does not write its pid anywhere.
-pid_t FindRankPid(const std::string& job) {
+// The pid of a loom-train process started by one of `workers`, or 0: the tests below run one
+// job at a time. Found from /proc/PID/stat (its name and parent), since the trainer (unlike
+// test_rank) does not write its pid anywhere and its environment is private
+// (worker/train/main.cc makes it non-dumpable).
+pid_t FindRankPid(const std::vector<pid_t>& workers) {
   DIR* proc = opendir("/proc");
   if (proc == nullptr) return 0;
   pid_t found = 0;
-  const std::string needle = "LOOM_JOB=" + job;
   while (dirent* e = readdir(proc)) {
     const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
     if (pid <= 0) continue;
-    std::ifstream comm(absl::StrCat("/proc/", pid, "/comm"));
-    std::string name;
-    std::getline(comm, name);
-    if (name != "loom-train") continue;
-    std::ifstream environ(absl::StrCat("/proc/", pid, "/environ"), std::ios::binary);
-    const std::string env((std::istreambuf_iterator<char>(environ)),
-                          std::istreambuf_iterator<char>());
-    // Entries are NUL-separated; match a whole entry.
-    if (env.find(needle + '\0') != std::string::npos) {
+    std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // "pid (comm) state ppid ..."
+    const size_t open = stat.find('('), close = stat.rfind(')');
+    if (open == std::string::npos || close == std::string::npos || close < open) continue;
+    if (stat.substr(open + 1, close - open - 1) != "loom-train") continue;
+    const pid_t ppid = static_cast<pid_t>(std::atoi(stat.c_str() + close + 4));
+    if (std::find(workers.begin(), workers.end(), ppid) != workers.end()) {
       found = pid;
       break;
     }
@@ -137,7 +139,7 @@ TEST_F(TrainerIntegrationTest, KilledRankRestartsTheGangFromItsLastCheckpoint) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   ASSERT_GE(step, 15) << "the trainer made no progress";
-  const pid_t pid = FindRankPid(name);
+  const pid_t pid = FindRankPid({cluster_->worker(0).pid(), cluster_->worker(1).pid()});
   ASSERT_GT(pid, 0);
   ASSERT_EQ(kill(pid, SIGKILL), 0);
 

@@ -4,6 +4,8 @@
 // client of loomd's RendezvousService for LOOM_RENDEZVOUS. Where it is built with the CUDA
 // backend (LOOM_HAVE_CUDA_TRAINER), it hands over the GPU trainer for --device cuda as well,
 // and says whether that trainer can run data parallelism (NCCL: LOOM_HAVE_NCCL).
+#include <sys/prctl.h>
+
 #include <csignal>
 #include <cstdlib>
 #include <string>
@@ -21,6 +23,12 @@
 #endif
 
 int main(int argc, char** argv) {
+  // The ranks of every job on a node run as one user (loom-worker's --rank-user), so another
+  // job's rank, or any process of that user, could read this one's /proc/PID/environ (the
+  // job's rendezvous secret, its spec.env values), memory and descriptors. A process that is
+  // not dumpable has those files owned by root and cannot be attached to by its own user. (Core
+  // dumps go with it; a rank's failure is reported on stderr.)
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   // A closed progress pipe must surface as EPIPE (reported, then skipped), not kill the rank.
   std::signal(SIGPIPE, SIG_IGN);
   // loom-worker asks for stacks with SIGUSR1 when the job stops making progress.
