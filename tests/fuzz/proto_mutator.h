@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -75,11 +76,31 @@ inline double InterestingDouble(Rng& rng) {
 }
 
 inline std::string InterestingString(Rng& rng, const std::string& old) {
-  static const char* const kValues[] = {
-      "", "a", "tiny", "gpt2-124m", "tiny-corpus", "bf16", "fp32", "1f1b", "gpipe",
-      "/data/train.bin", "/shared/checkpoints/run", "/data/../etc/shadow", "../../x",
-      "/etc/shadow", "LD_PRELOAD", "PATH", "PYTHONPATH", "OMP_NUM_THREADS", "jobs/x",
-      "nodes/n1", "$", "user:a", " ", "\xff\xfe", "ß\t"};
+  static const char* const kValues[] = {"",
+                                        "a",
+                                        "tiny",
+                                        "gpt2-124m",
+                                        "tiny-corpus",
+                                        "bf16",
+                                        "fp32",
+                                        "1f1b",
+                                        "gpipe",
+                                        "/data/train.bin",
+                                        "/shared/checkpoints/run",
+                                        "/data/../etc/shadow",
+                                        "../../x",
+                                        "/etc/shadow",
+                                        "LD_PRELOAD",
+                                        "PATH",
+                                        "PYTHONPATH",
+                                        "OMP_NUM_THREADS",
+                                        "jobs/x",
+                                        "nodes/n1",
+                                        "$",
+                                        "user:a",
+                                        " ",
+                                        "\xff\xfe",
+                                        "ß\t"};
   switch (rng() % 6) {
     case 0:
       return std::string(5000, 'x');
@@ -145,9 +166,9 @@ inline void SetScalar(google::protobuf::Message* m, const google::protobuf::Fiel
     case FD::CPPTYPE_ENUM: {
       const google::protobuf::EnumDescriptor* e = f->enum_type();
       // Mostly a named value; sometimes a number no value has (proto3 enums keep it).
-      const int v = rng() % 4 == 0 ? static_cast<int>(InterestingInt(rng) % 1000)
-                                   : e->value(static_cast<int>(Pick(rng, e->value_count())))
-                                         ->number();
+      const int v = rng() % 4 == 0
+                        ? static_cast<int>(InterestingInt(rng) % 1000)
+                        : e->value(static_cast<int>(Pick(rng, e->value_count())))->number();
       rep ? r->AddEnumValue(m, f, v) : r->SetEnumValue(m, f, v);
       break;
     }
@@ -219,7 +240,9 @@ template <typename M>
 size_t MutateProtoInput(uint8_t* data, size_t size, size_t max_size, unsigned int seed,
                         size_t tail) {
   Rng rng(seed);
-  if (rng() % 4 == 0 || size < tail) return LLVMFuzzerMutate(data, size, max_size);
+  // LOOM_FUZZ_BYTES_ONLY=1: libFuzzer's byte mutations alone, to compare the two side by side.
+  static const bool bytes_only = std::getenv("LOOM_FUZZ_BYTES_ONLY") != nullptr;
+  if (bytes_only || rng() % 4 == 0 || size < tail) return LLVMFuzzerMutate(data, size, max_size);
   const std::string text(reinterpret_cast<const char*>(data), size - tail);
   std::string end(reinterpret_cast<const char*>(data) + size - tail, tail);
   M message;
