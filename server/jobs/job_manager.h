@@ -186,8 +186,9 @@ class JobManager {
   absl::Status DeleteNode(const v1::DeleteNodeRequest& request);
 
   // Starts a session for the node of `hello` (which must be registered), replacing an earlier one
-  // only when that one is no longer live (ALREADY_EXISTS otherwise), and reconciles what the worker runs with the store (see the .cc). Returns the session
-  // id to pass to the calls below. FAILED_PRECONDITION for an unregistered node.
+  // only when that one is no longer live (ALREADY_EXISTS otherwise), and reconciles what the worker
+  // runs with the store (see the .cc). Returns the session id to pass to the calls below.
+  // FAILED_PRECONDITION for an unregistered node.
   absl::StatusOr<uint64_t> OpenSession(const v1::SessionHello& hello,
                                        std::shared_ptr<nodes::SessionSink> sink);
   // Handles one message of an open session. FAILED_PRECONDITION when the session was replaced
@@ -279,8 +280,8 @@ class JobManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // OK when `request` (whose request_id found `existing`) asks for the same spec; see CreateJob.
-  absl::Status CheckSameRequest(const v1::CreateJobRequest& request, const v1::Job& existing)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Thread-safe without mu_ (the validator is a pure function).
+  absl::Status CheckSameRequest(const v1::CreateJobRequest& request, const v1::Job& existing);
 
   // Moves a SCHEDULED job whose every rank has started to RUNNING. Requires mu_.
   void MaybeMarkRunningLocked(ActiveJob& active) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -363,6 +364,9 @@ class JobManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job with progress from memory when active, else as stored.
   absl::StatusOr<v1::Job> LoadJob(std::string_view name);
+  absl::StatusOr<v1::Job> LoadJobLocked(std::string_view name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Free devices of `kind` on schedulable nodes (with a session). Requires mu_.
+  int FreeDevicesLocked(v1::DeviceKind kind) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AppendLogs(const std::string& node, const v1::LogChunk& chunk);
 
   store::JobStore* const store_;
