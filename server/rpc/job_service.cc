@@ -7,12 +7,13 @@
 #include "common/grpc_status.h"
 #include "server/jobs/job_state_machine.h"
 #include "server/rpc/call_auth.h"
+#include "server/rpc/watch_job_reactor.h"
 
 namespace loom::rpc {
 namespace {
 
 // The caller, if it may act on job `name`; the job as stored is returned through `job`.
-absl::StatusOr<auth::Principal> AuthorizeJob(const grpc::ServerContext* context,
+absl::StatusOr<auth::Principal> AuthorizeJob(const grpc::ServerContextBase* context,
                                              auth::Authenticator* authenticator,
                                              jobs::JobManager* manager, const std::string& name,
                                              v1::Job* job) {
@@ -83,28 +84,28 @@ grpc::Status JobServiceImpl::PlanJob(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* context,
-                                      const v1::WatchJobRequest* request,
-                                      grpc::ServerWriter<v1::JobUpdate>* writer) {
+namespace {
+
+// A stream that ends at once with `status` (a refused WatchJob).
+class RefusedWrite final : public grpc::ServerWriteReactor<v1::JobUpdate> {
+ public:
+  explicit RefusedWrite(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<v1::JobUpdate>* JobServiceImpl::WatchJob(
+    grpc::CallbackServerContext* context, const v1::WatchJobRequest* request) {
   absl::StatusOr<auth::Principal> who =
       AuthorizeJob(context, authenticator_, manager_, request->name(), nullptr);
-  if (!who.ok()) return ToGrpcStatus(who.status());
+  if (!who.ok()) return new RefusedWrite(ToGrpcStatus(who.status()));
+  absl::StatusOr<std::unique_ptr<StreamSlot>> slot = streams_.Acquire(who->subject);
+  if (!slot.ok()) return new RefusedWrite(ToGrpcStatus(slot.status()));
   absl::StatusOr<std::shared_ptr<jobs::JobSubscription>> subscription =
       manager_->WatchJob(request->name());
-  if (!subscription.ok()) return ToGrpcStatus(subscription.status());
-  while (!context->IsCancelled()) {
-    std::optional<v1::Job> job = (*subscription)->Next(kStreamPoll);
-    if (!job.has_value()) {
-      if ((*subscription)->closed()) break;
-      continue;
-    }
-    const bool terminal = jobs::IsTerminal(job->state());
-    v1::JobUpdate update;
-    *update.mutable_job() = std::move(*job);
-    RedactForeign(*who, update.mutable_job());
-    if (!writer->Write(update) || terminal) break;
-  }
-  return grpc::Status::OK;
+  if (!subscription.ok()) return new RefusedWrite(ToGrpcStatus(subscription.status()));
+  return WatchJobReactor::Start(*std::move(who), *std::move(subscription), *std::move(slot));
 }
 
 grpc::Status JobServiceImpl::StreamJobLogs(grpc::ServerContext* context,
@@ -112,11 +113,11 @@ grpc::Status JobServiceImpl::StreamJobLogs(grpc::ServerContext* context,
                                            grpc::ServerWriter<v1::LogLine>* writer) {
   absl::StatusOr<std::string> id = jobs::ParseJobName(request->name());
   if (!id.ok()) return ToGrpcStatus(id.status());
-  if (absl::StatusOr<auth::Principal> who =
-          AuthorizeJob(context, authenticator_, manager_, request->name(), nullptr);
-      !who.ok()) {
-    return ToGrpcStatus(who.status());
-  }
+  absl::StatusOr<auth::Principal> who =
+      AuthorizeJob(context, authenticator_, manager_, request->name(), nullptr);
+  if (!who.ok()) return ToGrpcStatus(who.status());
+  absl::StatusOr<std::unique_ptr<StreamSlot>> slot = streams_.Acquire(who->subject);
+  if (!slot.ok()) return ToGrpcStatus(slot.status());
   std::optional<int> rank;
   if (request->has_rank() && request->rank() != -1) {
     if (request->rank() < 0) {
