@@ -4,11 +4,10 @@
 // Every call is authenticated and authorized first (call_auth.h): a tenant sees and acts on its
 // own jobs only.
 //
-// Threading: the unary methods and StreamJobLogs use the sync gRPC API (each call runs on a
-// gRPC handler thread; StreamJobLogs holds its thread while it waits, polling for client
-// cancellation every kStreamPoll). WatchJob uses the callback API (watch_job_reactor.h): an
-// open watch holds no thread. Every stream counts against its caller's bound on open streams
-// (stream_limiter.h).
+// Threading: the unary methods use the sync gRPC API (each call runs on a gRPC handler thread).
+// WatchJob and StreamJobLogs use the callback API (watch_job_reactor.h,
+// stream_logs_reactor.h): an open stream holds no thread while it waits. Every stream counts
+// against its caller's bound on open streams (stream_limiter.h).
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -24,10 +23,11 @@ namespace loom::rpc {
 
 inline constexpr absl::Duration kStreamPoll = absl::Milliseconds(200);
 
-// WatchJob alone on the callback API: the per-method wrapper leaves every other method as the
+// The two streams on the callback API: the per-method wrappers leave every other method as the
 // sync API's override.
 class JobServiceImpl final
-    : public v1::JobService::WithCallbackMethod_WatchJob<v1::JobService::Service> {
+    : public v1::JobService::WithCallbackMethod_WatchJob<
+          v1::JobService::WithCallbackMethod_StreamJobLogs<v1::JobService::Service>> {
  public:
   // Every pointer must outlive the service. `max_streams_per_client` >= 1.
   JobServiceImpl(jobs::JobManager* manager, jobs::LogStore* logs,
@@ -55,8 +55,8 @@ class JobServiceImpl final
                                                     const v1::WatchJobRequest* request) override;
   // Every stored line (optionally of one rank); with follow, new lines until the job is
   // terminal and every line has been sent.
-  grpc::Status StreamJobLogs(grpc::ServerContext* context, const v1::StreamJobLogsRequest* request,
-                             grpc::ServerWriter<v1::LogLine>* writer) override;
+  grpc::ServerWriteReactor<v1::LogLine>* StreamJobLogs(
+      grpc::CallbackServerContext* context, const v1::StreamJobLogsRequest* request) override;
 
  private:
   jobs::JobManager* const manager_;

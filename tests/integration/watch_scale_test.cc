@@ -1,6 +1,7 @@
-// WatchJob on the callback API: many open watches on one real loomd cost no thread each, every
-// watch receives the final state, and one caller's open streams are bounded
-// (--max-streams-per-client) with a RESOURCE_EXHAUSTED that names the flag.
+// WatchJob and StreamJobLogs on the callback API: many open streams on one real loomd cost no
+// thread each, every watch receives the final state and every log follower ends with the job,
+// and one caller's open streams are bounded (--max-streams-per-client) with a
+// RESOURCE_EXHAUSTED that names the flag.
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -93,6 +94,47 @@ class Watcher final : public grpc::ClientReadReactor<v1::JobUpdate> {
   absl::Mutex mu_;
   int updates_ ABSL_GUARDED_BY(mu_) = 0;
   v1::JobState last_state_ ABSL_GUARDED_BY(mu_) = v1::JOB_STATE_UNSPECIFIED;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+// One StreamJobLogs stream with follow, read with the client callback API.
+class LogFollower final : public grpc::ClientReadReactor<v1::LogLine> {
+ public:
+  LogFollower(v1::JobService::Stub* stub, const std::string& job) {
+    request_.set_name(job);
+    request_.set_follow(true);
+    stub->async()->StreamJobLogs(&context_, &request_, this);
+    StartRead(&line_);
+    StartCall();
+  }
+  ~LogFollower() {
+    context_.TryCancel();
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(&done_), absl::Seconds(30));
+  }
+  void OnReadDone(bool ok) override {
+    if (ok) StartRead(&line_);
+  }
+  void OnDone(const grpc::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    status_ = status;
+    done_ = true;
+  }
+  bool done() {
+    absl::MutexLock lock(&mu_);
+    return done_;
+  }
+  grpc::Status status() {
+    absl::MutexLock lock(&mu_);
+    return status_;
+  }
+
+ private:
+  grpc::ClientContext context_;
+  v1::StreamJobLogsRequest request_;
+  v1::LogLine line_;
+  absl::Mutex mu_;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status status_ ABSL_GUARDED_BY(mu_);
 };
@@ -229,6 +271,39 @@ TEST_F(WatchScaleTest, StreamsClosedByTheClientFreeTheirPlaces) {
         },
         absl::Seconds(30)));
   }
+}
+
+TEST_F(WatchScaleTest, AThousandLogFollowersHoldNoThreadEachAndEndWithTheJob) {
+  const std::string job = CreateJob();
+  const int threads_before = ThreadCount(cluster_->loomd().pid());
+  auto stub = v1::JobService::NewStub(cluster_->channel());
+  std::vector<std::unique_ptr<LogFollower>> followers;
+  for (int i = 0; i < kWatchers; ++i) {
+    followers.push_back(std::make_unique<LogFollower>(stub.get(), job));
+  }
+  // The job has no logs and runs nowhere: every follower waits. Give them time to be opened.
+  absl::SleepFor(absl::Seconds(1));
+  for (auto& f : followers) ASSERT_FALSE(f->done()) << f->status().error_message();
+  const int threads_open = ThreadCount(cluster_->loomd().pid());
+  EXPECT_LT(threads_open, threads_before + 50)
+      << "loomd has " << threads_open << " threads with " << kWatchers << " log followers";
+  std::cout << "loomd threads: " << threads_before << " before, " << threads_open << " with "
+            << kWatchers << " log followers\n";
+
+  grpc::ClientContext context;
+  v1::CancelJobRequest cancel;
+  cancel.set_name(job);
+  v1::Job cancelled;
+  ASSERT_TRUE(cluster_->jobs().CancelJob(&context, cancel, &cancelled).ok());
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (auto& f : followers) {
+          if (!f->done()) return false;
+        }
+        return true;
+      },
+      absl::Seconds(30)));
+  for (auto& f : followers) EXPECT_TRUE(f->status().ok()) << f->status().error_message();
 }
 
 }  // namespace
