@@ -478,6 +478,11 @@ absl::StatusOr<v1::Job> JobManager::CancelJob(std::string_view name) {
                                                 " not found; ListJobs shows the jobs that exist"));
       }
       if (!stored.ok()) return stored.status();
+      if (!IsTerminal(stored->job.state())) {
+        // Stored by a CreateJob that has not installed it yet (a moment's window).
+        return absl::UnavailableError(absl::StrCat(
+            "job ", std::string(name), " is being created; retry the cancel in a moment"));
+      }
       return absl::FailedPreconditionError(absl::StrCat(
           "job ", std::string(name), " is already ", v1::JobState_Name(stored->job.state()),
           "; only QUEUED, SCHEDULED, RUNNING or RESTARTING jobs can be cancelled"));
@@ -518,7 +523,8 @@ absl::StatusOr<bool> JobManager::IsJobFinished(std::string_view name) {
     return absl::NotFoundError(absl::StrCat("job ", std::string(name), " not found"));
   }
   if (!stored.ok()) return stored.status();
-  return true;
+  // Not active but not terminal: stored by a CreateJob that has not installed it yet.
+  return IsTerminal(stored->job.state());
 }
 
 // ---- Scheduling -------------------------------------------------------------------------------
