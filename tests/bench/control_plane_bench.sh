@@ -16,6 +16,9 @@
 #   turnaround  JOBS trivial 8-device jobs, all queued at once, wall time per job until the last
 #               ends (each job takes every device, so they run one after the other) | the same
 #               with `sbatch -n8 --wrap=true` on a one-node Slurm with 8 CPUs
+#   gap         Loom only, from the turnaround jobs' events: one job SUCCEEDED -> the next one
+#               RUNNING, for the next jobs already queued then ("from release")
+#   placed      Loom only: the part of the gap until the next job is SCHEDULED
 # Loom runs loomd --insecure on loopback with one loom-worker of 8 CPU devices whose rank
 # program is /bin/true (a rank that exits 0 at once).
 #
@@ -44,7 +47,7 @@ for arg in "$@"; do
     --jobs=*) jobs=${arg#*=} ;;
     --setup-slurm) setup_slurm=1 ;;
     -h | --help)
-      sed -n '2,25p' "$0"
+      sed -n '2,/^set -euo/p' "$0" | sed '$d'
       exit 0
       ;;
     *)
@@ -185,6 +188,34 @@ loom_turnaround_ms() {
   echo "scale=2; ($end - $start) / $jobs / 1000000" | bc
 }
 
+# Loom: from the events of the jobs of the last turnaround run, the median time from one job's
+# SUCCEEDED to the next one's RUNNING, over the pairs where the next job was already queued
+# (the "gap from release"), and the part of it until the next one was SCHEDULED.
+loom_gap_ms() {
+  local b=$1 name
+  while read -r name; do
+    "$b/loomctl" --server="$server" -o json get "$name"
+    echo
+  done <"$tmp/names" | python3 -c '
+import datetime, json, statistics, sys
+text, decoder, i, rows = sys.stdin.read(), json.JSONDecoder(), 0, []
+while True:
+    while i < len(text) and text[i].isspace():
+        i += 1
+    if i >= len(text):
+        break
+    job, i = decoder.raw_decode(text, i)
+    rows.append({e["toState"]: datetime.datetime.fromisoformat(e["time"].rstrip("Z")[:26])
+                 for e in job.get("events", [])})
+gaps, placed = [], []
+for a, b in zip(rows, rows[1:]):
+    if "SUCCEEDED" in a and "RUNNING" in b and b["QUEUED"] < a["SUCCEEDED"]:
+        gaps.append((b["RUNNING"] - a["SUCCEEDED"]).total_seconds() * 1e3)
+        placed.append((b["SCHEDULED"] - a["SUCCEEDED"]).total_seconds() * 1e3)
+print("%.2f %.2f" % (statistics.median(gaps), statistics.median(placed)) if gaps else "nan nan")
+'
+}
+
 slurm_turnaround_ms() {
   local start end
   start=$(now_ns)
@@ -217,6 +248,9 @@ for round in $(seq 1 "$rounds"); do
         stop_loom
         start_loom "$b" "$system-$round-turnaround"
         record "$system" turnaround "$(loom_turnaround_ms "$b")"
+        read -r gap placed <<<"$(loom_gap_ms "$b")"
+        record "$system" gap "$gap"
+        record "$system" placed "$placed"
         stop_loom
         ;;
       slurm)
@@ -237,19 +271,21 @@ printf '%-12s %-8s' row unit
 for system in "${systems[@]}"; do printf ' %-10s' "$system"; done
 [ "${#systems[@]}" -gt 1 ] && for system in "${systems[@]:1}"; do printf ' %-12s' "loom/$system"; done
 echo
-for row in start submit storm turnaround; do
+for row in start submit storm turnaround gap placed; do
   unit=ms
   [ "$row" = storm ] && unit=jobs/s
   printf '%-12s %-8s' "$row" "$unit"
   declare -A med=()
   for system in "${systems[@]}"; do
-    med[$system]=$(printf '%s' "${results["$system $row"]}" | median)
+    med[$system]=$(printf '%s' "${results["$system $row"]:-}" | median)
     printf ' %-10s' "${med[$system]}"
   done
   if [ "${#systems[@]}" -gt 1 ]; then
     for system in "${systems[@]:1}"; do
       # The ratio says how many times better Loom is: rate / rate, or time / time inverted.
-      if [ "$row" = storm ]; then
+      if [ "${med[$system]}" = nan ] || [ "${med[loom]}" = nan ]; then
+        ratio=-
+      elif [ "$row" = storm ]; then
         ratio=$(echo "scale=2; ${med[loom]} / ${med[$system]}" | bc)
       else
         ratio=$(echo "scale=2; ${med[$system]} / ${med[loom]}" | bc)
