@@ -10,6 +10,7 @@
 //         [--startup-allowance-ms=900000] [--start-timeout-ms=300000]
 //         [--drain-requeue-delay-ms=10000]
 //         [--max-gpus-per-node=64] [--max-cpu-devices-per-node=1024]
+//         [--max-streams-per-client=10000]
 //
 // Exit status: 0 after a graceful stop (SIGTERM/SIGINT), 2 for bad flags, 1 when it cannot
 // start (state dir unusable, port taken).
@@ -117,6 +118,11 @@ int main(int argc, char** argv) {
                  "RegisterNode refuses a node with more CPU devices")
       ->capture_default_str()
       ->check(CLI::Range(1, 1'000'000));
+  app.add_option("--max-streams-per-client", config.max_streams_per_client,
+                 "Open WatchJob/StreamJobLogs streams one caller may hold; more are refused "
+                 "with RESOURCE_EXHAUSTED")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 10'000'000));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

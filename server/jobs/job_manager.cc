@@ -219,67 +219,115 @@ absl::StatusOr<v1::Job> JobManager::CreateJob(const v1::CreateJobRequest& reques
     return absl::InvalidArgumentError(
         "spec is required; give at least train.steps and resources (see loomctl submit -f)");
   }
+  // Throughput: only the two short critical sections below hold mu_. The idempotency lookup,
+  // validation, planning and the durable insert (a group commit, shared with concurrent
+  // creates) run outside it, so concurrent creates overlap instead of queueing on the lock.
+  nodes::Capacity capacity;
+  std::vector<v1::Node> nodes;
   std::string name;
   {
     absl::MutexLock lock(&mu_);
     if (shut_down_) return absl::UnavailableError("loomd is shutting down; retry later");
-    if (!request.request_id().empty()) {
-      ASSIGN_OR_RETURN(std::optional<store::StoredJob> existing,
-                       store_->FindJobByRequestId(store::RequestKey(tenant, request.request_id())));
-      if (existing.has_value()) {
-        RETURN_IF_ERROR(CheckSameRequest(request, existing->job));
-        name = existing->job.name();
-      }
-    }
-    if (name.empty()) {
-      const nodes::Capacity capacity = nodes_.ReadyCapacity();
-      ASSIGN_OR_RETURN(AcceptedSpec accepted, validator_(request.spec(), capacity));
-      const absl::Time now = clock_->Now();
-      v1::Job job;
-      std::string reason = "created; waiting for devices";
-      if (IsAutoLayout(accepted.spec)) {
-        // The planner picks the micro-batching (tensor = pipeline = 1 for now, see
-        // auto_plan.h); when it cannot, the validator's layout stays and the reason says why.
-        AutoPlanOutcome planned =
-            PlanAutoLayout(request.spec(), accepted.spec, accepted.layout, nodes_.List(),
-                           calibrator_ != nullptr ? calibrator_->Applicable()
-                                                  : planner_service::CalibrationByModel());
-        accepted.layout = std::move(planned.layout);
-        accepted.spec.mutable_parallelism()->set_micro_batch(accepted.layout.micro_batch());
-        if (planned.plan.has_value()) *job.mutable_plan() = std::move(*planned.plan);
-        if (!planned.note.empty()) absl::StrAppend(&reason, "; ", planned.note);
-      }
-      // Refusals that depend on the final layout (auto's included).
-      RETURN_IF_ERROR(CheckMemoryFit(accepted.spec, accepted.layout, IsAutoLayout(accepted.spec),
-                                     nodes_.List()));
-      RETURN_IF_ERROR(CheckCheckpointPlacement(accepted.spec, accepted.layout,
-                                               accepted.spec.resources().gpus() > 0
-                                                   ? capacity.max_gpus_per_node
-                                                   : capacity.max_cpu_devices_per_node));
-      job.set_name(absl::StrCat("jobs/", NewJobId(now, id_gen_)));
-      *job.mutable_spec() = std::move(accepted.spec);
-      *job.mutable_layout() = std::move(accepted.layout);
-      job.set_request_id(request.request_id());
-      job.set_tenant(tenant);
-      ASSIGN_OR_RETURN(v1::JobEvent event, Transition(job, v1::QUEUED, reason, now));
-      ASSIGN_OR_RETURN(int64_t sequence, store_->CreateJob(job, event));
-      auto active = std::make_unique<ActiveJob>();
-      active->sequence = sequence;
-      active->job = job;
-      std::tie(active->kind, active->world_size) = Demand(job.spec());
-      active->tensor = PlacementGroup(job.spec(), job.layout());
-      active->ready_since = now;
-      active->last_progress_write = now;
-      name = job.name();
-      active_.emplace(name, std::move(active));
-      ++state_counts_[v1::QUEUED];
-      if (!first_job_noted_ && options_.on_first_job) options_.on_first_job();
-      first_job_noted_ = true;
-      LOOM_LOG(INFO) << "created " << name << " (" << job.spec().name() << ")";
-      ScheduleLocked();
-    }
+    capacity = nodes_.ReadyCapacity();
+    nodes = nodes_.List();
+    name = absl::StrCat("jobs/", NewJobId(clock_->Now(), id_gen_));
   }
-  return LoadJob(name);
+  const std::string request_key =
+      request.request_id().empty() ? "" : store::RequestKey(tenant, request.request_id());
+  // A retry finds the job its first attempt created (and gets it back when the spec is the
+  // same); see also the race below.
+  auto find_existing = [&]() -> absl::StatusOr<std::optional<std::string>> {
+    if (request_key.empty()) return std::optional<std::string>();
+    ASSIGN_OR_RETURN(std::optional<store::StoredJob> existing,
+                     store_->FindJobByRequestId(request_key));
+    if (!existing.has_value()) return std::optional<std::string>();
+    RETURN_IF_ERROR(CheckSameRequest(request, existing->job));
+    return std::optional<std::string>(existing->job.name());
+  };
+  ASSIGN_OR_RETURN(std::optional<std::string> existing, find_existing());
+  if (existing.has_value()) return LoadJob(*existing);
+
+  ASSIGN_OR_RETURN(AcceptedSpec accepted, validator_(request.spec(), capacity));
+  const absl::Time now = clock_->Now();
+  v1::Job job;
+  std::string reason = "created; waiting for devices";
+  if (IsAutoLayout(accepted.spec)) {
+    // The planner picks the micro-batching (tensor = pipeline = 1 for now, see auto_plan.h);
+    // when it cannot, the validator's layout stays and the reason says why.
+    AutoPlanOutcome planned = PlanAutoLayout(
+        request.spec(), accepted.spec, accepted.layout, nodes,
+        calibrator_ != nullptr ? calibrator_->Applicable() : planner_service::CalibrationByModel());
+    accepted.layout = std::move(planned.layout);
+    accepted.spec.mutable_parallelism()->set_micro_batch(accepted.layout.micro_batch());
+    if (planned.plan.has_value()) *job.mutable_plan() = std::move(*planned.plan);
+    if (!planned.note.empty()) absl::StrAppend(&reason, "; ", planned.note);
+  }
+  // Refusals that depend on the final layout (auto's included).
+  RETURN_IF_ERROR(
+      CheckMemoryFit(accepted.spec, accepted.layout, IsAutoLayout(accepted.spec), nodes));
+  RETURN_IF_ERROR(CheckCheckpointPlacement(accepted.spec, accepted.layout,
+                                           accepted.spec.resources().gpus() > 0
+                                               ? capacity.max_gpus_per_node
+                                               : capacity.max_cpu_devices_per_node));
+  job.set_name(name);
+  *job.mutable_spec() = std::move(accepted.spec);
+  *job.mutable_layout() = std::move(accepted.layout);
+  job.set_request_id(request.request_id());
+  job.set_tenant(tenant);
+  ASSIGN_OR_RETURN(v1::JobEvent event, Transition(job, v1::QUEUED, reason, now));
+  absl::StatusOr<int64_t> sequence = store_->CreateJob(job, event);
+  if (absl::IsAlreadyExists(sequence.status()) && !request_key.empty()) {
+    // Two attempts of one request raced past the lookup above: the store's unique index let
+    // exactly one in. The loser answers as a retry would.
+    ASSIGN_OR_RETURN(existing, find_existing());
+    if (existing.has_value()) return LoadJob(*existing);
+  }
+  if (!sequence.ok()) return sequence.status();
+
+  // Durable from here on: even if loomd stops now, the restart restores it as QUEUED.
+  absl::MutexLock lock(&mu_);
+  if (shut_down_) return absl::UnavailableError("loomd is shutting down; retry later");
+  auto active = std::make_unique<ActiveJob>();
+  active->sequence = *sequence;
+  active->job = job;
+  std::tie(active->kind, active->world_size) = Demand(job.spec());
+  active->tensor = PlacementGroup(job.spec(), job.layout());
+  active->ready_since = now;
+  active->last_progress_write = now;
+  const v1::DeviceKind kind = active->kind;
+  const int world_size = active->world_size;
+  active_.emplace(name, std::move(active));
+  ++state_counts_[v1::QUEUED];
+  if (!first_job_noted_ && options_.on_first_job) options_.on_first_job();
+  first_job_noted_ = true;
+  LOOM_LOG(INFO) << "created " << name << " (" << job.spec().name() << ")";
+  // Every job already queued could not be placed at the last pass, and a newcomer frees
+  // nothing; so a pass can change something only when the newcomer itself might fit. Skipping
+  // it otherwise keeps a burst of creates into a full cluster from costing a pass over the
+  // whole queue each (the ticker's pass fills in the newcomer's waiting reason).
+  if (FreeDevicesLocked(kind) >= world_size) ScheduleLocked();
+  auto it = active_.find(name);
+  if (it != active_.end() && it->second->job.state() == v1::QUEUED) {
+    // Still as created (one event, the one above): answer from memory, without reading the
+    // store back under the lock.
+    v1::Job answer = it->second->job;
+    if (!it->second->waiting_reason.empty()) {
+      answer.set_state_reason(absl::StrCat("waiting for devices: ", it->second->waiting_reason));
+    }
+    v1::JobEvent* first = answer.add_events();
+    *first = event;
+    first->set_sequence(1);
+    return answer;
+  }
+  return LoadJobLocked(name);
+}
+
+int JobManager::FreeDevicesLocked(v1::DeviceKind kind) const {
+  int free = 0;
+  for (const scheduler::NodeSnapshot& node : nodes_.Snapshot()) {
+    if (node.ready && node.kind == kind) free += static_cast<int>(node.free_devices.size());
+  }
+  return free;
 }
 
 namespace {
@@ -340,6 +388,10 @@ absl::Status JobManager::CheckSameRequest(const v1::CreateJobRequest& request,
 absl::StatusOr<v1::Job> JobManager::LoadJob(std::string_view name) {
   RETURN_IF_ERROR(ParseJobName(name).status());
   absl::MutexLock lock(&mu_);
+  return LoadJobLocked(name);
+}
+
+absl::StatusOr<v1::Job> JobManager::LoadJobLocked(std::string_view name) {
   v1::Job job;
   auto it = active_.find(name);
   if (it != active_.end()) {
@@ -426,6 +478,11 @@ absl::StatusOr<v1::Job> JobManager::CancelJob(std::string_view name) {
                                                 " not found; ListJobs shows the jobs that exist"));
       }
       if (!stored.ok()) return stored.status();
+      if (!IsTerminal(stored->job.state())) {
+        // Stored by a CreateJob that has not installed it yet (a moment's window).
+        return absl::UnavailableError(absl::StrCat(
+            "job ", std::string(name), " is being created; retry the cancel in a moment"));
+      }
       return absl::FailedPreconditionError(absl::StrCat(
           "job ", std::string(name), " is already ", v1::JobState_Name(stored->job.state()),
           "; only QUEUED, SCHEDULED, RUNNING or RESTARTING jobs can be cancelled"));
@@ -466,7 +523,8 @@ absl::StatusOr<bool> JobManager::IsJobFinished(std::string_view name) {
     return absl::NotFoundError(absl::StrCat("job ", std::string(name), " not found"));
   }
   if (!stored.ok()) return stored.status();
-  return true;
+  // Not active but not terminal: stored by a CreateJob that has not installed it yet.
+  return IsTerminal(stored->job.state());
 }
 
 // ---- Scheduling -------------------------------------------------------------------------------

@@ -280,8 +280,8 @@ class JobManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // OK when `request` (whose request_id found `existing`) asks for the same spec; see CreateJob.
-  absl::Status CheckSameRequest(const v1::CreateJobRequest& request, const v1::Job& existing)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Thread-safe without mu_ (the validator is a pure function).
+  absl::Status CheckSameRequest(const v1::CreateJobRequest& request, const v1::Job& existing);
 
   // Moves a SCHEDULED job whose every rank has started to RUNNING. Requires mu_.
   void MaybeMarkRunningLocked(ActiveJob& active) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -372,6 +372,9 @@ class JobManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job with progress from memory when active, else as stored.
   absl::StatusOr<v1::Job> LoadJob(std::string_view name);
+  absl::StatusOr<v1::Job> LoadJobLocked(std::string_view name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Free devices of `kind` on schedulable nodes (with a session). Requires mu_.
+  int FreeDevicesLocked(v1::DeviceKind kind) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AppendLogs(const std::string& node, const v1::LogChunk& chunk);
 
   store::JobStore* const store_;

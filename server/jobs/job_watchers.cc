@@ -16,25 +16,49 @@ std::optional<v1::Job> JobSubscription::Next(absl::Duration timeout) {
   return job;
 }
 
+std::optional<v1::Job> JobSubscription::TryNext() {
+  absl::MutexLock lock(&mu_);
+  if (queue_.empty()) return std::nullopt;
+  v1::Job job = std::move(queue_.front().job);
+  queue_.pop_front();
+  return job;
+}
+
+void JobSubscription::SetListener(std::function<void()> listener) {
+  absl::MutexLock lock(&mu_);
+  listener_ = std::move(listener);
+}
+
 bool JobSubscription::closed() const {
   absl::MutexLock lock(&mu_);
   return closed_ && queue_.empty();
 }
 
 void JobSubscription::Push(const v1::Job& job, bool state_change) {
-  absl::MutexLock lock(&mu_);
-  if (closed_) return;
-  if (!state_change && !queue_.empty() && !queue_.back().state_change) {
-    queue_.back().job = job;  // coalesce progress
-    return;
+  std::function<void()> listener;
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return;
+    listener = listener_;
+    if (!state_change && !queue_.empty() && !queue_.back().state_change) {
+      queue_.back().job = job;  // coalesce progress
+    } else {
+      queue_.push_back({job, state_change});
+      while (queue_.size() > kMaxQueuedUpdates) queue_.pop_front();
+    }
   }
-  queue_.push_back({job, state_change});
-  while (queue_.size() > kMaxQueuedUpdates) queue_.pop_front();
+  if (listener) listener();
 }
 
 void JobSubscription::Close() {
-  absl::MutexLock lock(&mu_);
-  closed_ = true;
+  std::function<void()> listener;
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return;
+    closed_ = true;
+    listener = listener_;
+  }
+  if (listener) listener();
 }
 
 std::shared_ptr<JobSubscription> JobWatchers::Subscribe(const v1::Job& current) {

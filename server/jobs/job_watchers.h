@@ -12,6 +12,7 @@
 #pragma once
 
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -36,7 +37,16 @@ class JobSubscription {
   // The next update, waiting up to `timeout`; nullopt when none came in time or the
   // subscription is closed and drained (then closed() is true).
   std::optional<v1::Job> Next(absl::Duration timeout);
+  // The next update if one is queued, without waiting (for readers driven by the listener).
+  std::optional<v1::Job> TryNext();
   bool closed() const;
+
+  // Calls `listener` (empty: none) after each update is queued and when the subscription
+  // closes, so that a reader need not hold a thread blocked in Next(). Called without this
+  // subscription's lock but possibly under the job manager's lock: it must be quick and must
+  // not call into the job manager. A listener call that already started may still run after
+  // SetListener() returns.
+  void SetListener(std::function<void()> listener);
 
  private:
   friend class JobWatchers;
@@ -50,6 +60,7 @@ class JobSubscription {
   mutable absl::Mutex mu_;
   std::deque<Update> queue_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::function<void()> listener_ ABSL_GUARDED_BY(mu_);
 };
 
 class JobWatchers {

@@ -118,8 +118,20 @@ absl::Status LogStore::Append(std::string_view job_id, const v1::LogChunk& chunk
         absl::StrCat("job id \"", std::string(job_id), "\" is not valid"));
   }
   if (chunk.lines().empty()) return absl::OkStatus();
+  std::vector<std::function<void()>> wake;
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    status = AppendLocked(job_id, chunk, node, now, &wake);
+  }
+  for (const std::function<void()>& listener : wake) listener();
+  return status;
+}
+
+absl::Status LogStore::AppendLocked(std::string_view job_id, const v1::LogChunk& chunk,
+                                    std::string_view node, absl::Time now,
+                                    std::vector<std::function<void()>>* wake) {
   const std::string stream = chunk.stream() == "stderr" ? "stderr" : "stdout";
-  absl::MutexLock lock(&mu_);
   JobLog& log = LogOf(job_id);
   if (log.truncated) return absl::OkStatus();
   std::string data;
@@ -153,7 +165,27 @@ absl::Status LogStore::Append(std::string_view job_id, const v1::LogChunk& chunk
     log.size += static_cast<int64_t>(data.size());
   }
   grew_.SignalAll();
+  if (auto it = listeners_.find(job_id); it != listeners_.end()) {
+    for (const auto& [id, listener] : it->second) wake->push_back(listener);
+  }
   return status;
+}
+
+uint64_t LogStore::AddListener(std::string_view job_id, std::function<void()> listener) {
+  absl::MutexLock lock(&mu_);
+  const uint64_t id = next_listener_++;
+  auto it = listeners_.find(job_id);
+  if (it == listeners_.end()) it = listeners_.emplace(std::string(job_id), Listeners()).first;
+  it->second.emplace(id, std::move(listener));
+  return id;
+}
+
+void LogStore::RemoveListener(std::string_view job_id, uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  auto it = listeners_.find(job_id);
+  if (it == listeners_.end()) return;
+  it->second.erase(id);
+  if (it->second.empty()) listeners_.erase(it);
 }
 
 absl::StatusOr<LogBatch> LogStore::Read(std::string_view job_id, int64_t offset,
@@ -209,9 +241,16 @@ bool LogStore::WaitForMore(std::string_view job_id, int64_t offset, absl::Durati
 }
 
 void LogStore::Shutdown() {
-  absl::MutexLock lock(&mu_);
-  shutdown_ = true;
-  grew_.SignalAll();
+  std::vector<std::function<void()>> wake;
+  {
+    absl::MutexLock lock(&mu_);
+    shutdown_ = true;
+    grew_.SignalAll();
+    for (const auto& [job, listeners] : listeners_) {
+      for (const auto& [id, listener] : listeners) wake.push_back(listener);
+    }
+  }
+  for (const std::function<void()>& listener : wake) listener();
 }
 
 }  // namespace loom::jobs

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -69,6 +70,14 @@ class LogStore {
   // Wakes every follower; later WaitForMore() calls return at once.
   void Shutdown();
 
+  // For followers that hold no thread (StreamJobLogs on the callback API): `listener` is called
+  // after each Append() to `job_id` and at Shutdown(), without the store's lock but on the
+  // appending thread (which may hold the job manager's lock): it must be quick and must not call
+  // into the job manager or this store. Returns the id for RemoveListener(); a call already
+  // started may still run after RemoveListener() returns.
+  uint64_t AddListener(std::string_view job_id, std::function<void()> listener);
+  void RemoveListener(std::string_view job_id, uint64_t id);
+
  private:
   struct JobLog {
     int64_t size = 0;  // bytes in the file (known once loaded)
@@ -77,6 +86,11 @@ class LogStore {
   };
 
   LogStore(std::string dir, int64_t max_bytes_per_job);
+  // Append() without calling the listeners; adds the ones to call to `wake`.
+  absl::Status AppendLocked(std::string_view job_id, const v1::LogChunk& chunk,
+                            std::string_view node, absl::Time now,
+                            std::vector<std::function<void()>>* wake)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string PathOf(std::string_view job_id) const;
   // The job's bookkeeping, loading the size of an existing file on first use. Requires mu_.
   JobLog& LogOf(std::string_view job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -87,6 +101,9 @@ class LogStore {
   absl::CondVar grew_;
   std::map<std::string, JobLog, std::less<>> logs_ ABSL_GUARDED_BY(mu_);
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t next_listener_ ABSL_GUARDED_BY(mu_) = 1;
+  using Listeners = std::map<uint64_t, std::function<void()>>;
+  std::map<std::string, Listeners, std::less<>> listeners_ ABSL_GUARDED_BY(mu_);
 };
 
 // True when `id` is a job id that is safe as a file name: 1..63 of [a-z0-9-], not starting

@@ -4,7 +4,7 @@
 
 namespace loom::rpc {
 
-absl::StatusOr<auth::Principal> Authenticate(const grpc::ServerContext* context,
+absl::StatusOr<auth::Principal> Authenticate(const grpc::ServerContextBase* context,
                                              auth::Authenticator* authenticator) {
   absl::string_view authorization;
   const auto& metadata = context->client_metadata();
@@ -22,7 +22,7 @@ absl::StatusOr<auth::Principal> Authenticate(const grpc::ServerContext* context,
   return authenticator->Authenticate(authorization, common_name);
 }
 
-absl::StatusOr<auth::Principal> AuthenticatePerson(const grpc::ServerContext* context,
+absl::StatusOr<auth::Principal> AuthenticatePerson(const grpc::ServerContextBase* context,
                                                    auth::Authenticator* authenticator) {
   absl::StatusOr<auth::Principal> who = Authenticate(context, authenticator);
   if (!who.ok()) return who.status();

@@ -24,10 +24,10 @@ namespace loom::rpc {
 inline constexpr char kHiddenEnvValue[] = "(hidden: another tenant's value)";
 
 // The caller, or UNAUTHENTICATED.
-absl::StatusOr<auth::Principal> Authenticate(const grpc::ServerContext* context,
+absl::StatusOr<auth::Principal> Authenticate(const grpc::ServerContextBase* context,
                                              auth::Authenticator* authenticator);
 // A user or an admin, or PERMISSION_DENIED (a node credential used for JobService).
-absl::StatusOr<auth::Principal> AuthenticatePerson(const grpc::ServerContext* context,
+absl::StatusOr<auth::Principal> AuthenticatePerson(const grpc::ServerContextBase* context,
                                                    auth::Authenticator* authenticator);
 
 // The tenant that owns `job` ("default" for jobs stored before tenants existed).

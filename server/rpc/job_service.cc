@@ -7,12 +7,14 @@
 #include "common/grpc_status.h"
 #include "server/jobs/job_state_machine.h"
 #include "server/rpc/call_auth.h"
+#include "server/rpc/stream_logs_reactor.h"
+#include "server/rpc/watch_job_reactor.h"
 
 namespace loom::rpc {
 namespace {
 
 // The caller, if it may act on job `name`; the job as stored is returned through `job`.
-absl::StatusOr<auth::Principal> AuthorizeJob(const grpc::ServerContext* context,
+absl::StatusOr<auth::Principal> AuthorizeJob(const grpc::ServerContextBase* context,
                                              auth::Authenticator* authenticator,
                                              jobs::JobManager* manager, const std::string& name,
                                              v1::Job* job) {
@@ -83,72 +85,63 @@ grpc::Status JobServiceImpl::PlanJob(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* context,
-                                      const v1::WatchJobRequest* request,
-                                      grpc::ServerWriter<v1::JobUpdate>* writer) {
+namespace {
+
+// A stream that ends at once with `status` (a refused WatchJob or StreamJobLogs).
+template <typename Response>
+class RefusedWrite final : public grpc::ServerWriteReactor<Response> {
+ public:
+  explicit RefusedWrite(const grpc::Status& status) { this->Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<v1::JobUpdate>* JobServiceImpl::WatchJob(
+    grpc::CallbackServerContext* context, const v1::WatchJobRequest* request) {
   absl::StatusOr<auth::Principal> who =
       AuthorizeJob(context, authenticator_, manager_, request->name(), nullptr);
-  if (!who.ok()) return ToGrpcStatus(who.status());
+  if (!who.ok()) return new RefusedWrite<v1::JobUpdate>(ToGrpcStatus(who.status()));
+  absl::StatusOr<std::unique_ptr<StreamSlot>> slot = streams_.Acquire(who->subject);
+  if (!slot.ok()) return new RefusedWrite<v1::JobUpdate>(ToGrpcStatus(slot.status()));
   absl::StatusOr<std::shared_ptr<jobs::JobSubscription>> subscription =
       manager_->WatchJob(request->name());
-  if (!subscription.ok()) return ToGrpcStatus(subscription.status());
-  while (!context->IsCancelled()) {
-    std::optional<v1::Job> job = (*subscription)->Next(kStreamPoll);
-    if (!job.has_value()) {
-      if ((*subscription)->closed()) break;
-      continue;
-    }
-    const bool terminal = jobs::IsTerminal(job->state());
-    v1::JobUpdate update;
-    *update.mutable_job() = std::move(*job);
-    RedactForeign(*who, update.mutable_job());
-    if (!writer->Write(update) || terminal) break;
-  }
-  return grpc::Status::OK;
+  if (!subscription.ok())
+    return new RefusedWrite<v1::JobUpdate>(ToGrpcStatus(subscription.status()));
+  return WatchJobReactor::Start(*std::move(who), *std::move(subscription), *std::move(slot));
 }
 
-grpc::Status JobServiceImpl::StreamJobLogs(grpc::ServerContext* context,
-                                           const v1::StreamJobLogsRequest* request,
-                                           grpc::ServerWriter<v1::LogLine>* writer) {
+grpc::ServerWriteReactor<v1::LogLine>* JobServiceImpl::StreamJobLogs(
+    grpc::CallbackServerContext* context, const v1::StreamJobLogsRequest* request) {
   absl::StatusOr<std::string> id = jobs::ParseJobName(request->name());
-  if (!id.ok()) return ToGrpcStatus(id.status());
-  if (absl::StatusOr<auth::Principal> who =
-          AuthorizeJob(context, authenticator_, manager_, request->name(), nullptr);
-      !who.ok()) {
-    return ToGrpcStatus(who.status());
-  }
+  if (!id.ok()) return new RefusedWrite<v1::LogLine>(ToGrpcStatus(id.status()));
+  absl::StatusOr<auth::Principal> who =
+      AuthorizeJob(context, authenticator_, manager_, request->name(), nullptr);
+  if (!who.ok()) return new RefusedWrite<v1::LogLine>(ToGrpcStatus(who.status()));
   std::optional<int> rank;
   if (request->has_rank() && request->rank() != -1) {
     if (request->rank() < 0) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          absl::StrCat("rank must be >= 0 (got ", request->rank(),
-                                       "); omit it (or give -1) for every rank"));
+      return new RefusedWrite<v1::LogLine>(
+          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                       absl::StrCat("rank must be >= 0 (got ", request->rank(),
+                                    "); omit it (or give -1) for every rank")));
     }
     rank = request->rank();
   }
+  absl::StatusOr<std::unique_ptr<StreamSlot>> slot = streams_.Acquire(who->subject);
+  if (!slot.ok()) return new RefusedWrite<v1::LogLine>(ToGrpcStatus(slot.status()));
   absl::StatusOr<bool> finished = manager_->IsJobFinished(request->name());
-  if (!finished.ok()) return ToGrpcStatus(finished.status());
-
-  int64_t offset = 0;
-  bool final_pass = !request->follow() || *finished;
-  while (!context->IsCancelled()) {
-    absl::StatusOr<jobs::LogBatch> batch = logs_->Read(*id, offset, rank);
-    if (!batch.ok()) return ToGrpcStatus(batch.status());
-    for (const v1::LogLine& line : batch->lines) {
-      if (!writer->Write(line)) return grpc::Status::OK;  // the client went away
-    }
-    const bool advanced = batch->next_offset > offset;
-    offset = batch->next_offset;
-    if (advanced) continue;  // read until caught up
-    if (final_pass) break;
-    // Caught up: wait for more, and decide on the job's end only after reading to the end
-    // once more (lines written just before the terminal state are still sent).
-    logs_->WaitForMore(*id, offset, kStreamPoll);
-    absl::StatusOr<bool> done = manager_->IsJobFinished(request->name());
-    if (!done.ok()) return ToGrpcStatus(done.status());
-    final_pass = *done;
-  }
-  return grpc::Status::OK;
+  if (!finished.ok()) return new RefusedWrite<v1::LogLine>(ToGrpcStatus(finished.status()));
+  StreamLogsReactor::Params params;
+  params.manager = manager_;
+  params.logs = logs_;
+  params.name = request->name();
+  params.id = *std::move(id);
+  params.rank = rank;
+  params.follow = request->follow();
+  params.finished = *finished;
+  params.slot = *std::move(slot);
+  return StreamLogsReactor::Start(std::move(params));
 }
 
 }  // namespace loom::rpc

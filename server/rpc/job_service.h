@@ -4,9 +4,10 @@
 // Every call is authenticated and authorized first (call_auth.h): a tenant sees and acts on its
 // own jobs only.
 //
-// Threading: the sync gRPC API; each call runs on a gRPC handler thread. A stream holds its
-// thread while it waits, polling for client cancellation every kStreamPoll so that a client
-// that goes away frees its thread promptly.
+// Threading: the unary methods use the sync gRPC API (each call runs on a gRPC handler thread).
+// WatchJob and StreamJobLogs use the callback API (watch_job_reactor.h,
+// stream_logs_reactor.h): an open stream holds no thread while it waits. Every stream counts
+// against its caller's bound on open streams (stream_limiter.h).
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -16,17 +17,26 @@
 #include "server/auth/authenticator.h"
 #include "server/jobs/job_manager.h"
 #include "server/jobs/log_store.h"
+#include "server/rpc/stream_limiter.h"
 
 namespace loom::rpc {
 
 inline constexpr absl::Duration kStreamPoll = absl::Milliseconds(200);
 
-class JobServiceImpl final : public v1::JobService::Service {
+// The two streams on the callback API: the per-method wrappers leave every other method as the
+// sync API's override.
+class JobServiceImpl final
+    : public v1::JobService::WithCallbackMethod_WatchJob<
+          v1::JobService::WithCallbackMethod_StreamJobLogs<v1::JobService::Service>> {
  public:
-  // Every pointer must outlive the service.
+  // Every pointer must outlive the service. `max_streams_per_client` >= 1.
   JobServiceImpl(jobs::JobManager* manager, jobs::LogStore* logs,
-                 auth::Authenticator* authenticator)
-      : manager_(manager), logs_(logs), authenticator_(authenticator) {}
+                 auth::Authenticator* authenticator,
+                 int max_streams_per_client = kDefaultMaxStreamsPerClient)
+      : manager_(manager),
+        logs_(logs),
+        authenticator_(authenticator),
+        streams_(max_streams_per_client) {}
 
   grpc::Status CreateJob(grpc::ServerContext* context, const v1::CreateJobRequest* request,
                          v1::Job* response) override;
@@ -40,17 +50,19 @@ class JobServiceImpl final : public v1::JobService::Service {
                        v1::PlanJobResponse* response) override;
   // The current job first, then every update; ends after a terminal state, when the client
   // goes away, or when loomd shuts down.
-  grpc::Status WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* request,
-                        grpc::ServerWriter<v1::JobUpdate>* writer) override;
+  // RESOURCE_EXHAUSTED when the caller already holds its limit of open streams.
+  grpc::ServerWriteReactor<v1::JobUpdate>* WatchJob(grpc::CallbackServerContext* context,
+                                                    const v1::WatchJobRequest* request) override;
   // Every stored line (optionally of one rank); with follow, new lines until the job is
   // terminal and every line has been sent.
-  grpc::Status StreamJobLogs(grpc::ServerContext* context, const v1::StreamJobLogsRequest* request,
-                             grpc::ServerWriter<v1::LogLine>* writer) override;
+  grpc::ServerWriteReactor<v1::LogLine>* StreamJobLogs(
+      grpc::CallbackServerContext* context, const v1::StreamJobLogsRequest* request) override;
 
  private:
   jobs::JobManager* const manager_;
   jobs::LogStore* const logs_;
   auth::Authenticator* const authenticator_;
+  StreamLimiter streams_;
 };
 
 }  // namespace loom::rpc

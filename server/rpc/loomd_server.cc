@@ -64,6 +64,9 @@ absl::Status CheckConfig(const LoomdConfig& config) {
   if (!(config.progress_timeout_factor >= 1)) {
     return absl::InvalidArgumentError("--progress-timeout-factor must be >= 1, e.g. 20");
   }
+  if (config.max_streams_per_client < 1) {
+    return absl::InvalidArgumentError("--max-streams-per-client must be >= 1, e.g. 10000");
+  }
   if (config.device_limits.max_gpus < 1 || config.device_limits.max_cpu_devices < 1) {
     return absl::InvalidArgumentError(
         "--max-gpus-per-node and --max-cpu-devices-per-node must be >= 1");
@@ -150,8 +153,8 @@ absl::StatusOr<std::unique_ptr<LoomdServer>> LoomdServer::Start(const LoomdConfi
                                     s->calibrator_.get()));
   jobs::JobManager* manager = s->manager_.get();
   s->server_metrics_->SetSnapshotSource([manager] { return manager->MetricsSnapshot(); });
-  s->job_service_ =
-      std::make_unique<JobServiceImpl>(manager, s->logs_.get(), s->authenticator_.get());
+  s->job_service_ = std::make_unique<JobServiceImpl>(
+      manager, s->logs_.get(), s->authenticator_.get(), config.max_streams_per_client);
   s->node_service_ = std::make_unique<NodeServiceImpl>(manager, s->authenticator_.get());
   s->rendezvous_service_ = std::make_unique<RendezvousServiceImpl>(s->rendezvous_.get(), secrets);
 

@@ -42,6 +42,8 @@ struct LoomdConfig {
   absl::Duration node_timeout = absl::Seconds(10);
   absl::Duration tick_interval = absl::Milliseconds(100);
   int max_receive_message_bytes = 4 << 20;  // larger requests get RESOURCE_EXHAUSTED
+  // Open WatchJob + StreamJobLogs streams per caller (principal); more get RESOURCE_EXHAUSTED.
+  int max_streams_per_client = 10'000;
   // Security (DESIGN.md, "Security"). TLS from --tls-cert/--tls-key, with --tls-client-ca for
   // client certificates (mutual TLS with workers); callers authenticate with a token from
   // --tokens-file or a certificate. `insecure` serves plaintext, on loopback only; without a

@@ -3,14 +3,17 @@
 // Durability: WAL journal with synchronous=FULL. In WAL mode NORMAL already survives a crash
 // of loomd (kill -9) but may lose the last commits on power loss; FULL syncs the WAL at every
 // commit so that a job acknowledged to a client (CreateJob returned) survives power loss too.
-// Control-plane writes are a few per job state change, so the fsync per commit is affordable.
 //
-// Atomicity: every write method is one BEGIN IMMEDIATE … COMMIT transaction (IMMEDIATE takes
-// the write lock up front, so a second writer waits in the busy handler instead of failing on
-// a lock upgrade); any error rolls it back, so a failed call writes nothing.
+// Group commit (group_commit.h): concurrent write calls share one BEGIN IMMEDIATE … COMMIT and
+// so one WAL sync; each call still returns only after that commit, so an acknowledged write is
+// as durable as before, and a burst of N creates costs one fsync instead of N.
 //
-// Threading: one writer connection behind `write_mu_` (SQLite allows one writer at a time
-// anyway, and serialising here makes sequence order = commit order, which is what keeps
+// Atomicity: every write method runs in its own savepoint of the shared transaction; any error
+// rolls back that savepoint (or the whole batch when the COMMIT fails), so a failed call
+// writes nothing.
+//
+// Threading: one writer connection owned by the GroupCommitter (SQLite allows one writer at a
+// time anyway, and one writer makes sequence order = commit order, which is what keeps
 // ListJobs paging stable under concurrent inserts); reads use a pool of reader connections
 // and run concurrently with the writer, each multi-statement read in its own read transaction
 // (one WAL snapshot).
@@ -31,6 +34,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
+#include "server/store/group_commit.h"
 #include "server/store/job_store.h"
 #include "server/store/sqlite_connection.h"
 #include "server/store/store_checks.h"
@@ -328,18 +332,10 @@ class SqliteJobStore final : public JobStore {
     return absl::NotFoundError(absl::StrCat("job ", S(name), " not found"));
   }
 
-  // Runs `body` in one write transaction on the writer connection; commits when it returns OK,
-  // rolls back otherwise.
+  // Runs `body` on the writer connection in a (possibly shared) write transaction; returns once
+  // that transaction committed (OK) or `body`'s changes were rolled back (its error).
   absl::Status Write(absl::FunctionRef<absl::Status(SqliteConnection&)> body) {
-    absl::MutexLock lock(&write_mu_);
-    RETURN_IF_ERROR(writer_->Exec("BEGIN IMMEDIATE"));
-    absl::Status status = body(*writer_);
-    if (status.ok()) status = writer_->Exec("COMMIT");
-    if (!status.ok()) {
-      // Fails harmlessly when COMMIT itself already ended the transaction.
-      (void)writer_->Exec("ROLLBACK");
-    }
-    return status;
+    return writer_.Write(body);
   }
 
   // Runs `body` in one read transaction (one consistent snapshot) on a pooled reader.
@@ -407,8 +403,7 @@ class SqliteJobStore final : public JobStore {
   }
 
   const std::string path_;
-  absl::Mutex write_mu_;
-  const std::unique_ptr<SqliteConnection> writer_ ABSL_PT_GUARDED_BY(write_mu_);
+  GroupCommitter writer_;
   absl::Mutex pool_mu_;
   std::vector<std::unique_ptr<SqliteConnection>> idle_readers_ ABSL_GUARDED_BY(pool_mu_);
 };

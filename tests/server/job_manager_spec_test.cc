@@ -3,6 +3,7 @@
 // find its checkpoint. MemoryJobStore, FakeClock and FakeSinks, as job_manager_test.cc.
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -114,6 +115,42 @@ TEST_F(JobManagerSpecTest, RequestIdReusedWithAnotherSpecIsRefused) {
   EXPECT_THAT(std::string(reused.message()), HasSubstr(first->name()));
   EXPECT_THAT(std::string(reused.message()), HasSubstr("different spec"));
   EXPECT_EQ(JobCount(), 1);
+}
+
+TEST_F(JobManagerSpecTest, RacingAttemptsOfOneRequestAllGetTheOneJob) {
+  // The idempotency lookup runs outside the manager's lock, so attempts of one request can pass
+  // it together; the store's unique index admits one and the others answer as retries.
+  Connect(CpuNode("n1", 2));
+  constexpr int kAttempts = 16;
+  std::vector<absl::StatusOr<v1::Job>> results(kAttempts, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kAttempts; ++i) {
+    threads.emplace_back(
+        [&, i] { results[i] = manager_->CreateJob(CreateRequest(CpuSpec(2), "req-race")); });
+  }
+  for (std::thread& t : threads) t.join();
+  ASSERT_TRUE(results[0].ok()) << results[0].status();
+  for (const absl::StatusOr<v1::Job>& r : results) {
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->name(), results[0]->name());
+  }
+  EXPECT_EQ(JobCount(), 1);
+}
+
+TEST_F(JobManagerSpecTest, JobsCreatedIntoAFullClusterStartWhenDevicesFree) {
+  // A create that cannot fit skips the scheduling pass; it must still start, in order, once the
+  // running job ends.
+  const std::shared_ptr<FakeSink> sink = Connect(CpuNode("n1", 2));
+  absl::StatusOr<v1::Job> first = manager_->CreateJob(CreateRequest(CpuSpec(2)));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(manager_->GetJob(first->name())->state(), v1::SCHEDULED);
+  absl::StatusOr<v1::Job> second = manager_->CreateJob(CreateRequest(CpuSpec(2)));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->state(), v1::QUEUED);
+  EXPECT_EQ(second->events_size(), 1);
+  EXPECT_EQ(manager_->GetJob(second->name())->state(), v1::QUEUED);
+  EXPECT_TRUE(manager_->CancelJob(first->name()).ok());
+  EXPECT_EQ(manager_->GetJob(second->name())->state(), v1::SCHEDULED);
 }
 
 TEST_F(JobManagerSpecTest, AModelThatFitsNoDeviceIsRefusedNamingTheMemoryNeeded) {

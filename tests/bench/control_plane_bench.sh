@@ -1,0 +1,299 @@
+#!/usr/bin/env bash
+# Control-plane benchmark, side by side: Loom (this build) against Slurm when it is installed
+# and answering (slurm-wlm; see --setup-slurm), and optionally against another Loom build
+# (--base-bin, e.g. the build of an older commit). The systems are measured in alternating
+# rounds, so that the machine's background load falls on both alike; medians over the rounds
+# and the ratios are printed. Not a test: it is not part of scripts/test.sh, and its figures
+# go to docs/benchmarks.md with the date, machine and command.
+#
+#   tests/bench/control_plane_bench.sh [--bin=build/bin] [--base-bin=DIR] [--rounds=3]
+#       [--loops=32] [--per-loop=32] [--serial=20] [--jobs=100] [--setup-slurm]
+#
+# Rows (each a median over the rounds):
+#   start       one `loomctl --help` (process start alone)       | `sbatch --help`
+#   submit      one `loomctl submit` on a quiet machine           | `sbatch --hold --wrap=true`
+#   storm       LOOPS shell loops x PER_LOOP CLI submits at once  | the same with sbatch --hold
+#   turnaround  JOBS trivial 8-device jobs, all queued at once, wall time per job until the last
+#               ends (each job takes every device, so they run one after the other) | the same
+#               with `sbatch -n8 --wrap=true` on a one-node Slurm with 8 CPUs
+#   gap         Loom only, from the turnaround jobs' events: one job SUCCEEDED -> the next one
+#               RUNNING, for the next jobs already queued then ("from release")
+#   placed      Loom only: the part of the gap until the next job is SCHEDULED
+# Loom runs loomd --insecure on loopback with one loom-worker of 8 CPU devices whose rank
+# program is /bin/true (a rank that exits 0 at once).
+#
+# --setup-slurm: installs slurm-wlm and munge with apt-get (needs root) and writes a one-node
+# slurm.conf for this host on loopback (8 CPUs, default scheduler settings), then starts munged,
+# slurmctld and slurmd. Without it, Slurm is measured only when `sinfo` already answers.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+bin=build/bin
+base_bin=
+rounds=3
+loops=32
+per_loop=32
+serial=20
+jobs=100
+setup_slurm=0
+for arg in "$@"; do
+  case "$arg" in
+    --bin=*) bin=${arg#*=} ;;
+    --base-bin=*) base_bin=${arg#*=} ;;
+    --rounds=*) rounds=${arg#*=} ;;
+    --loops=*) loops=${arg#*=} ;;
+    --per-loop=*) per_loop=${arg#*=} ;;
+    --serial=*) serial=${arg#*=} ;;
+    --jobs=*) jobs=${arg#*=} ;;
+    --setup-slurm) setup_slurm=1 ;;
+    -h | --help)
+      sed -n '2,/^set -euo/p' "$0" | sed '$d'
+      exit 0
+      ;;
+    *)
+      echo "control_plane_bench: unknown argument $arg (see --help)" >&2
+      exit 2
+      ;;
+  esac
+done
+bin=$(realpath "$bin")
+[ -n "$base_bin" ] && base_bin=$(realpath "$base_bin")
+for b in "$bin" ${base_bin:+"$base_bin"}; do
+  for tool in loomd loom-worker loomctl; do
+    if [ ! -x "$b/$tool" ]; then
+      echo "control_plane_bench: $b/$tool is missing; build the targets loomd, loom-worker and loomctl" >&2
+      exit 2
+    fi
+  done
+done
+
+tmp=$(mktemp -d -t loom-cpbench-XXXXXX)
+# A root worker runs ranks as nobody unless told otherwise; nobody cannot enter this private
+# temp dir, and /bin/true needs no confinement.
+rank_user=
+[ "$(id -u)" = 0 ] && rank_user=root
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  [ -n "${LOOM_BENCH_KEEP:-}" ] && echo "kept $tmp" >&2 || rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+now_ns() { date +%s%N; }
+median() { sort -n | awk '{v[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
+
+# ---- Slurm -----------------------------------------------------------------------------------
+if [ "$setup_slurm" = 1 ]; then
+  apt-get install -y -q slurm-wlm munge >/dev/null
+  host=$(hostname -s)
+  mkdir -p /etc/slurm /var/spool/slurmctld /var/spool/slurmd /var/log/slurm
+  cat >/etc/slurm/slurm.conf <<EOF
+ClusterName=loombench
+SlurmctldHost=$host(127.0.0.1)
+AuthType=auth/munge
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+StateSaveLocation=/var/spool/slurmctld
+SlurmdSpoolDir=/var/spool/slurmd
+SlurmctldLogFile=/var/log/slurm/slurmctld.log
+SlurmdLogFile=/var/log/slurm/slurmd.log
+ReturnToService=2
+NodeName=$host NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN
+PartitionName=bench Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
+EOF
+  [ -f /etc/munge/munge.key ] || mungekey --create >/dev/null 2>&1 || true
+  (pgrep -x munged >/dev/null || munged) && (pgrep -x slurmctld >/dev/null || slurmctld) &&
+    (pgrep -x slurmd >/dev/null || slurmd)
+  for _ in $(seq 1 50); do sinfo -h >/dev/null 2>&1 && break; sleep 0.2; done
+fi
+have_slurm=0
+if command -v sbatch >/dev/null 2>&1 && sinfo -h >/dev/null 2>&1; then have_slurm=1; fi
+
+# ---- Loom ------------------------------------------------------------------------------------
+# Starts loomd and one 8-device worker from build dir $1 under $tmp/$2; sets server=HOST:PORT.
+start_loom() {
+  local b=$1 dir=$tmp/$2
+  mkdir -p "$dir"
+  "$b/loomd" --listen=127.0.0.1:0 --metrics-listen=127.0.0.1:0 --state-dir="$dir/state" \
+    --ready-file="$dir/loomd.ready" --insecure >"$dir/loomd.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 1 100); do [ -s "$dir/loomd.ready" ] && break; sleep 0.05; done
+  server=$(sed -n 's/.*"grpc":"\([^"]*\)".*/\1/p' "$dir/loomd.ready")
+  "$b/loom-worker" --coordinator="$server" --insecure --cpu-devices=8 --work-dir="$dir/work" \
+    --rank-program=/bin/true --name=bench-node --ready-file="$dir/worker.ready" \
+    ${rank_user:+--rank-user="$rank_user"} >"$dir/worker.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 1 100); do [ -s "$dir/worker.ready" ] && break; sleep 0.05; done
+}
+
+stop_loom() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  pids=()
+}
+
+spec() {  # a trivial job on $1 CPU devices
+  printf 'name: bench\nmodel: {preset: tiny}\ndata: {builtin: tiny-corpus}\ntrain: {steps: 1}\nresources: {cpu_devices: %s}\n' "$1"
+}
+
+# Milliseconds per call of "$@", averaged over $serial calls.
+per_call_ms() {
+  local start end
+  start=$(now_ns)
+  for _ in $(seq 1 "$serial"); do "$@" >/dev/null 2>&1; done
+  end=$(now_ns)
+  echo "scale=2; ($end - $start) / $serial / 1000000" | bc
+}
+
+# Jobs per second of $loops parallel loops of $per_loop calls of "$@".
+storm_rate() {
+  local start end
+  start=$(now_ns)
+  for _ in $(seq 1 "$loops"); do
+    (for _ in $(seq 1 "$per_loop"); do "$@" >/dev/null 2>&1; done) &
+  done
+  wait_children
+  end=$(now_ns)
+  echo "scale=1; $loops * $per_loop * 1000000000 / ($end - $start)" | bc
+}
+wait_children() {  # waits for the storm loops only (not the daemons)
+  local p
+  for p in $(jobs -p); do
+    if ! printf '%s\n' "${pids[@]}" | grep -qx "$p"; then wait "$p" || true; fi
+  done
+}
+
+# Loom: wall milliseconds per job for $jobs 8-device jobs queued at once (on a fresh loomd).
+loom_turnaround_ms() {
+  local b=$1 start end last state
+  spec 8 >"$tmp/spec8.yaml"
+  start=$(now_ns)
+  for _ in $(seq 1 "$jobs"); do
+    "$b/loomctl" --server="$server" -o json submit -f "$tmp/spec8.yaml"
+  done | sed -n 's/.*"name": *"\(jobs\/[^"]*\)".*/\1/p' >"$tmp/names"
+  # FIFO and every job takes all 8 devices: the last one ends last.
+  last=$(tail -1 "$tmp/names")
+  while true; do
+    state=$("$b/loomctl" --server="$server" -o json get "$last" |
+      sed -n 's/^  "state": *"\([A-Z]*\)".*/\1/p' | head -1)
+    case "$state" in SUCCEEDED | FAILED | CANCELLED) break ;; esac
+    sleep 0.01
+  done
+  end=$(now_ns)
+  [ "$state" = SUCCEEDED ] || echo "control_plane_bench: the last job ended $state" >&2
+  echo "scale=2; ($end - $start) / $jobs / 1000000" | bc
+}
+
+# Loom: from the events of the jobs of the last turnaround run, the median time from one job's
+# SUCCEEDED to the next one's RUNNING, over the pairs where the next job was already queued
+# (the "gap from release"), and the part of it until the next one was SCHEDULED.
+loom_gap_ms() {
+  local b=$1 name
+  while read -r name; do
+    "$b/loomctl" --server="$server" -o json get "$name"
+    echo
+  done <"$tmp/names" | python3 -c '
+import datetime, json, statistics, sys
+text, decoder, i, rows = sys.stdin.read(), json.JSONDecoder(), 0, []
+while True:
+    while i < len(text) and text[i].isspace():
+        i += 1
+    if i >= len(text):
+        break
+    job, i = decoder.raw_decode(text, i)
+    rows.append({e["toState"]: datetime.datetime.fromisoformat(e["time"].rstrip("Z")[:26])
+                 for e in job.get("events", [])})
+gaps, placed = [], []
+for a, b in zip(rows, rows[1:]):
+    if "SUCCEEDED" in a and "RUNNING" in b and b["QUEUED"] < a["SUCCEEDED"]:
+        gaps.append((b["RUNNING"] - a["SUCCEEDED"]).total_seconds() * 1e3)
+        placed.append((b["SCHEDULED"] - a["SUCCEEDED"]).total_seconds() * 1e3)
+print("%.2f %.2f" % (statistics.median(gaps), statistics.median(placed)) if gaps else "nan nan")
+'
+}
+
+slurm_turnaround_ms() {
+  local start end
+  start=$(now_ns)
+  for _ in $(seq 1 "$jobs"); do sbatch -Q -n8 --wrap=true -o /dev/null >/dev/null; done
+  while [ -n "$(squeue -h -u "$(id -un)" 2>/dev/null)" ]; do sleep 0.01; done
+  end=$(now_ns)
+  echo "scale=2; ($end - $start) / $jobs / 1000000" | bc
+}
+
+declare -A results  # "system row" -> newline-separated values
+record() { results["$1 $2"]+="$3"$'\n'; }
+
+systems=(loom)
+[ -n "$base_bin" ] && systems+=(base)
+[ "$have_slurm" = 1 ] && systems+=(slurm)
+
+for round in $(seq 1 "$rounds"); do
+  for system in "${systems[@]}"; do
+    case "$system" in
+      loom | base)
+        b=$bin
+        [ "$system" = base ] && b=$base_bin
+        start_loom "$b" "$system-$round"
+        spec 1 >"$tmp/spec1.yaml"
+        record "$system" start "$(per_call_ms "$b/loomctl" --help)"
+        record "$system" submit "$(per_call_ms "$b/loomctl" --server="$server" submit -f "$tmp/spec1.yaml")"
+        # Submits of one device into an 8-device worker: most queue behind each other; the
+        # rank program exits at once, so the queue drains as the storm goes on.
+        record "$system" storm "$(storm_rate "$b/loomctl" --server="$server" submit -f "$tmp/spec1.yaml")"
+        stop_loom
+        start_loom "$b" "$system-$round-turnaround"
+        record "$system" turnaround "$(loom_turnaround_ms "$b")"
+        read -r gap placed <<<"$(loom_gap_ms "$b")"
+        record "$system" gap "$gap"
+        record "$system" placed "$placed"
+        stop_loom
+        ;;
+      slurm)
+        record slurm start "$(per_call_ms sbatch --help)"
+        record slurm submit "$(per_call_ms sbatch -Q --hold --wrap=true -o /dev/null)"
+        scancel -u "$(id -un)" 2>/dev/null || true
+        record slurm storm "$(storm_rate sbatch -Q --hold --wrap=true -o /dev/null)"
+        scancel -u "$(id -un)" 2>/dev/null || true
+        record slurm turnaround "$(slurm_turnaround_ms)"
+        ;;
+    esac
+  done
+done
+
+echo "control_plane_bench: $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $rounds rounds," \
+  "storm $loops x $per_loop, turnaround $jobs jobs"
+printf '%-12s %-8s' row unit
+for system in "${systems[@]}"; do printf ' %-10s' "$system"; done
+[ "${#systems[@]}" -gt 1 ] && for system in "${systems[@]:1}"; do printf ' %-12s' "loom/$system"; done
+echo
+for row in start submit storm turnaround gap placed; do
+  unit=ms
+  [ "$row" = storm ] && unit=jobs/s
+  printf '%-12s %-8s' "$row" "$unit"
+  declare -A med=()
+  for system in "${systems[@]}"; do
+    med[$system]=$(printf '%s' "${results["$system $row"]:-}" | median)
+    printf ' %-10s' "${med[$system]}"
+  done
+  if [ "${#systems[@]}" -gt 1 ]; then
+    for system in "${systems[@]:1}"; do
+      # The ratio says how many times better Loom is: rate / rate, or time / time inverted.
+      if [ "${med[$system]}" = nan ] || [ "${med[loom]}" = nan ]; then
+        ratio=-
+      elif [ "$row" = storm ]; then
+        ratio=$(echo "scale=2; ${med[loom]} / ${med[$system]}" | bc)
+      else
+        ratio=$(echo "scale=2; ${med[$system]} / ${med[loom]}" | bc)
+      fi
+      printf ' %-12s' "${ratio}x"
+    done
+  fi
+  echo
+  unset med
+done
+[ "$have_slurm" = 1 ] || echo "(Slurm not measured: sbatch/sinfo do not answer; see --setup-slurm)"
