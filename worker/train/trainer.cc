@@ -200,6 +200,12 @@ void Trainer::WaitSends() {
 StepResult Trainer::Step() {
   const int B = shape_.B, T = shape_.T, K = shape_.K;
   StepResult r;
+  const bool sample = block_sample_every_ > 0 && (step_ + 1) % block_sample_every_ == 0;
+  if (sample) {
+    block_costs_.Reset(model_.shard().first_block,
+                       model_.shard().last_block - model_.shard().first_block);
+    model_.set_block_costs(&block_costs_);
+  }
   profiler_.BeginStep();
   model_.ZeroGrad();
   if (buckets_) buckets_->Begin(model_.grads());
@@ -288,6 +294,11 @@ StepResult Trainer::Step() {
   }
   ++step_;
   r.times = profiler_.EndStep(int64_t{B} * T * K);  // this rank's tokens, as before
+  if (sample) {
+    model_.set_block_costs(nullptr);
+    r.has_block_costs = true;
+    r.block_costs = block_costs_;
+  }
   r.step = step_;
   r.loss = loss;
   r.allreduce_bytes = r.comm.dp_all_reduce;
