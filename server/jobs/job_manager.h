@@ -52,6 +52,8 @@
 #include "loom/v1/node.pb.h"
 #include "server/auth/principal.h"
 #include "server/calibration/calibrator.h"
+#include "server/doctor/finding_tracker.h"
+#include "server/doctor/telemetry_window.h"
 #include "server/jobs/job_state_machine.h"
 #include "server/jobs/job_watchers.h"
 #include "server/jobs/log_store.h"
@@ -186,8 +188,9 @@ class JobManager {
   absl::Status DeleteNode(const v1::DeleteNodeRequest& request);
 
   // Starts a session for the node of `hello` (which must be registered), replacing an earlier one
-  // only when that one is no longer live (ALREADY_EXISTS otherwise), and reconciles what the worker runs with the store (see the .cc). Returns the session
-  // id to pass to the calls below. FAILED_PRECONDITION for an unregistered node.
+  // only when that one is no longer live (ALREADY_EXISTS otherwise), and reconciles what the worker
+  // runs with the store (see the .cc). Returns the session id to pass to the calls below.
+  // FAILED_PRECONDITION for an unregistered node.
   absl::StatusOr<uint64_t> OpenSession(const v1::SessionHello& hello,
                                        std::shared_ptr<nodes::SessionSink> sink);
   // Handles one message of an open session. FAILED_PRECONDITION when the session was replaced
@@ -223,6 +226,17 @@ class JobManager {
   server_metrics::Snapshot MetricsSnapshot();
   // The latest StepReport of each rank of the job's current generation (for later telemetry).
   std::map<int, v1::StepReport> LatestSteps(std::string_view name);
+
+  // ---- The doctor (job_manager_doctor.cc) ----
+
+  // The doctor's report of the job's current generation: raised findings, pending ones, per
+  // stage and per rank medians. A job that is not active (or not judged yet) gets an empty
+  // report with a note. Errors as GetJob.
+  absl::StatusOr<v1::JobReport> GetJobReport(std::string_view name);
+
+  // New steps of rank 0 between two doctor windows: the doctor judges a running job on the
+  // tick once rank 0 has reported this many steps since its last window.
+  static constexpr int64_t kDoctorWindowSteps = 4;
 
  private:
   // Everything the manager knows about a job that is not terminal.
@@ -272,6 +286,12 @@ class JobManager {
     // Nodes that failed to prepare or to start this job: the scheduler avoids them for it until
     // they register again.
     std::set<std::string> avoid_nodes;
+    // The doctor (memory only; reset at each launch): every rank's recent steps and block
+    // costs, the findings' persistence, rank 0's step at the last window, the last report.
+    doctor::TelemetryWindow doctor_window;
+    doctor::TrackerState doctor_state;
+    int64_t doctor_step = -1;
+    v1::JobReport doctor_report;
   };
 
   // Records `notice` as an event of the job that changes no state (from_state == to_state).
@@ -322,6 +342,9 @@ class JobManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleStepLocked(const std::string& node, const v1::StepReport& report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs the doctor's rules over the job's window when rank 0 has moved kDoctorWindowSteps
+  // steps since the last window; raised and cleared findings become job events. Requires mu_.
+  void RunDoctorLocked(ActiveJob& active) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keeps a step report's ratios and memory and (once per step) its comm bytes and device
   // allocations for the loom_rank_* and loom_gpu_* series. Requires mu_.
   void RecordRankTelemetry(ActiveJob& active, const v1::StepReport& report)

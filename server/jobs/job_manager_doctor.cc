@@ -1,0 +1,131 @@
+// The JobManager's doctor (issue 12, part 3): on the tick, each running job whose rank 0 moved
+// kDoctorWindowSteps steps since the last window is judged by the doctor's pure rules
+// (server/doctor/rules.h) over its telemetry window; the finding tracker decides what is raised
+// and cleared, and those become job events carrying the finding. GetJobReport serves the last
+// report; MetricsSnapshot exports it (loom_job_finding, loom_job_stage_imbalance_ratio,
+// loom_rank_straggler_score).
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "server/doctor/rules.h"
+#include "server/jobs/job_manager.h"
+#include "server/jobs/job_manager_helpers.h"
+#include "server/jobs/model_presets.h"
+
+namespace loom::jobs {
+namespace {
+
+doctor::LayoutInfo LayoutOf(const v1::Job& job) {
+  doctor::LayoutInfo l;
+  const v1::Layout& layout = job.layout();
+  l.data = std::max(1, layout.data());
+  l.tensor = std::max(1, layout.tensor());
+  l.pipeline = std::max(1, layout.pipeline());
+  l.micro_batch = layout.micro_batch();
+  l.num_micro_batches = layout.num_micro_batches();
+  l.zero1 = layout.zero1();
+  l.blocks_per_stage.assign(layout.blocks_per_stage().begin(), layout.blocks_per_stage().end());
+  if (l.blocks_per_stage.empty()) {
+    const auto& spec = job.spec().parallelism().blocks_per_stage();
+    l.blocks_per_stage.assign(spec.begin(), spec.end());
+  }
+  l.layers = job.spec().model().layers();
+  if (l.layers <= 0) {
+    if (auto dims = FindModelPreset(job.spec().model().preset()); dims.has_value()) {
+      l.layers = dims->layers;
+    }
+  }
+  return l;
+}
+
+std::string EventText(const v1::Finding& f, bool raised) {
+  std::string text = absl::StrCat("doctor: ", raised ? "raised " : "cleared ",
+                                  doctor::KindName(f.kind()), " (", f.subject(), ")");
+  if (raised && !f.summary().empty()) absl::StrAppend(&text, ": ", f.summary());
+  if (raised && !f.fix().empty()) absl::StrAppend(&text, "; fix: ", f.fix());
+  return text;
+}
+
+}  // namespace
+
+void JobManager::RunDoctorLocked(ActiveJob& active) {
+  const int64_t newest = active.doctor_window.newest_step();
+  if (newest < 0 || newest < active.doctor_step + kDoctorWindowSteps) return;
+
+  doctor::DoctorInput input;
+  input.layout = LayoutOf(active.job);
+  input.window = &active.doctor_window;
+  for (const v1::Placement& p : active.job.placements()) {
+    for (int rank : p.ranks()) input.rank_nodes[rank] = p.node();
+  }
+  input.raised = active.doctor_state.RaisedKeys();
+  doctor::Diagnosis diagnosis = doctor::Diagnose(input);
+  if (!diagnosis.judged) return;  // not a window: too few steps yet, try again next tick
+  active.doctor_step = newest;
+
+  doctor::TrackerUpdate update = doctor::Track(std::move(active.doctor_state), diagnosis.findings);
+  active.doctor_state = std::move(update.state);
+
+  v1::JobReport& report = active.doctor_report;
+  report.Clear();
+  report.set_job(active.job.name());
+  report.set_generation(active.job.generation());
+  report.set_windows(active.doctor_state.windows);
+  *report.mutable_evaluate_time() = internal::ToProto(clock_->Now());
+  report.set_step_seconds(diagnosis.step_seconds);
+  for (const auto& [key, entry] : active.doctor_state.entries) {
+    *(entry.raised ? report.add_findings() : report.add_pending()) = entry.finding;
+  }
+  for (v1::StageReport& s : diagnosis.stages) *report.add_stages() = std::move(s);
+  for (v1::RankReport& r : diagnosis.ranks) *report.add_ranks() = std::move(r);
+
+  for (auto [list, raised] : {std::pair{&update.raised, true}, std::pair{&update.cleared, false}}) {
+    for (const v1::Finding& f : *list) {
+      v1::JobEvent event;
+      *event.mutable_time() = internal::ToProto(clock_->Now());
+      event.set_from_state(active.job.state());
+      event.set_to_state(active.job.state());
+      event.set_reason(EventText(f, raised));
+      event.set_generation(active.job.generation());
+      *event.mutable_finding() = f;
+      event.set_finding_raised(raised);
+      LOOM_LOG(INFO) << active.job.name() << ": " << event.reason();
+      absl::Status s = CommitLocked(active, active.job, event);
+      if (!s.ok()) {
+        LOOM_LOG(WARNING) << "cannot record a doctor event of " << active.job.name() << ": " << s;
+      }
+    }
+  }
+}
+
+absl::StatusOr<v1::JobReport> JobManager::GetJobReport(std::string_view name) {
+  absl::StatusOr<v1::Job> job = GetJob(name);  // validates the name, NOT_FOUND when unknown
+  if (!job.ok()) return job.status();
+  absl::MutexLock lock(&mu_);
+  v1::JobReport report;
+  auto it = active_.find(name);
+  if (it == active_.end()) {
+    report.set_job(job->name());
+    report.set_generation(job->generation());
+    report.set_note(absl::StrCat("the job is ", v1::JobState_Name(job->state()),
+                                 ": the doctor judges running jobs only"));
+    return report;
+  }
+  const ActiveJob& active = *it->second;
+  if (active.doctor_report.windows() == 0) {
+    report.set_job(active.job.name());
+    report.set_generation(active.job.generation());
+    report.set_note(active.job.state() == v1::RUNNING
+                        ? absl::StrCat("waiting for steps: the doctor judges a job once each rank "
+                                       "has reported ",
+                                       doctor::kMinSteps, " steps after its warmup")
+                        : absl::StrCat("the job is ", v1::JobState_Name(active.job.state()),
+                                       ": the doctor judges running jobs only"));
+    return report;
+  }
+  return active.doctor_report;
+}
+
+}  // namespace loom::jobs
