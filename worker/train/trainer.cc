@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "kernels/grad_norm.h"
 #include "worker/train/error.h"
@@ -140,6 +141,9 @@ double Trainer::RunSchedule(CommBytes* bytes) {
         act_sends_[slot]->Wait();
       }
       profiler_.Enter(Phase::kForward);
+      if (options_.test_forward_sleep_ms > 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(options_.test_forward_sleep_ms));
+      }
       const float loss = model_.ForwardMicro(slot, inputs_[slot].data(), input,
                                              last ? targets_[slot].data() : nullptr);
       if (last) loss_sum += loss;

@@ -109,6 +109,9 @@ struct TrainerOptions {
   size_t bucket_bytes = kDefaultBucketBytes;  // dp gradient bucket size
   // Launch the dp buckets during backward (true) or all after it (false; for the benchmark).
   bool dp_overlap = true;
+  // Test role only (TEST_ONLY_LOOM_SLOW_RANK, run.cc): milliseconds this rank sleeps at the
+  // start of each micro-batch's forward, to make it a straggler for the doctor's tests.
+  int test_forward_sleep_ms = 0;
 };
 
 class Trainer {
