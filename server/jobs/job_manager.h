@@ -53,6 +53,7 @@
 #include "server/auth/principal.h"
 #include "server/calibration/calibrator.h"
 #include "server/doctor/finding_tracker.h"
+#include "server/doctor/rules.h"
 #include "server/doctor/telemetry_window.h"
 #include "server/jobs/job_state_machine.h"
 #include "server/jobs/job_watchers.h"
@@ -292,6 +293,12 @@ class JobManager {
     doctor::TrackerState doctor_state;
     int64_t doctor_step = -1;
     v1::JobReport doctor_report;
+    // The planner's view for the LAYOUT and MEMORY rules, computed once per generation at the
+    // first judged window (PlanDoctorAdviceLocked).
+    bool doctor_planned = false;
+    std::optional<doctor::LayoutAdvice> doctor_layout;
+    uint64_t doctor_device_memory = 0;
+    std::vector<doctor::MicroBatchFit> doctor_fits;
   };
 
   // Records `notice` as an event of the job that changes no state (from_state == to_state).
@@ -345,6 +352,10 @@ class JobManager {
   // Runs the doctor's rules over the job's window when rank 0 has moved kDoctorWindowSteps
   // steps since the last window; raised and cleared findings become job events. Requires mu_.
   void RunDoctorLocked(ActiveJob& active) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Asks the planner (with this loomd's calibration) for the best layout of the job's model on
+  // its devices and for the running layout's prediction and memory at a few micro-batch sizes;
+  // once per generation. Requires mu_.
+  void PlanDoctorAdviceLocked(ActiveJob& active) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keeps a step report's ratios and memory and (once per step) its comm bytes and device
   // allocations for the loom_rank_* and loom_gpu_* series. Requires mu_.
   void RecordRankTelemetry(ActiveJob& active, const v1::StepReport& report)

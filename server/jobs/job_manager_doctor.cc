@@ -13,6 +13,7 @@
 #include "server/jobs/job_manager.h"
 #include "server/jobs/job_manager_helpers.h"
 #include "server/jobs/model_presets.h"
+#include "server/planner_service/plan_mapping.h"
 
 namespace loom::jobs {
 namespace {
@@ -50,6 +51,48 @@ std::string EventText(const v1::Finding& f, bool raised) {
 
 }  // namespace
 
+void JobManager::PlanDoctorAdviceLocked(ActiveJob& active) {
+  active.doctor_planned = true;
+  const doctor::LayoutInfo l = LayoutOf(active.job);
+  const std::vector<v1::Node> nodes = nodes_.List();
+  const planner_service::CalibrationByModel calibration =
+      calibrator_ != nullptr ? calibrator_->Applicable() : planner_service::CalibrationByModel();
+  // The running layout as constraints: the planner evaluates it (`constrained`) beside the best
+  // layouts for the same model and devices (`plans`).
+  auto plan = [&](int micro_batch) -> std::optional<v1::PlanJobResponse> {
+    v1::PlanJobRequest request;
+    *request.mutable_spec() = active.job.spec();
+    v1::ParallelismSpec* p = request.mutable_spec()->mutable_parallelism();
+    p->clear_auto_();
+    p->set_data(l.data);
+    p->set_tensor(l.tensor);
+    p->set_pipeline(l.pipeline);
+    p->set_micro_batch(micro_batch);
+    request.set_top_k(1);
+    absl::StatusOr<v1::PlanJobResponse> r = planner_service::PlanJob(request, nodes, calibration);
+    if (!r.ok() || !r->has_constrained()) return std::nullopt;
+    return *std::move(r);
+  };
+  if (l.micro_batch <= 0) return;
+  std::optional<v1::PlanJobResponse> now = plan(l.micro_batch);
+  if (!now.has_value()) return;
+  const v1::Plan& current = now->constrained();
+  if (now->plans_size() > 0 && current.step_seconds() > 0) {
+    doctor::LayoutAdvice advice;
+    advice.best = now->plans(0).layout();
+    advice.best_predicted_step_seconds = now->plans(0).step_seconds();
+    advice.current_predicted_step_seconds = current.step_seconds();
+    active.doctor_layout = advice;
+  }
+  active.doctor_device_memory = current.memory().device();
+  active.doctor_fits.push_back({l.micro_batch, current.memory().total()});
+  for (int k : {2 * l.micro_batch, 4 * l.micro_batch, 8 * l.micro_batch}) {
+    std::optional<v1::PlanJobResponse> larger = plan(k);
+    if (!larger.has_value()) break;  // the batch does not divide, or it does not fit at all
+    active.doctor_fits.push_back({k, larger->constrained().memory().total()});
+  }
+}
+
 void JobManager::RunDoctorLocked(ActiveJob& active) {
   const int64_t newest = active.doctor_window.newest_step();
   if (newest < 0 || newest < active.doctor_step + kDoctorWindowSteps) return;
@@ -61,6 +104,12 @@ void JobManager::RunDoctorLocked(ActiveJob& active) {
     for (int rank : p.ranks()) input.rank_nodes[rank] = p.node();
   }
   input.raised = active.doctor_state.RaisedKeys();
+  if (!active.doctor_planned && active.doctor_window.newest_step() >= 0) {
+    PlanDoctorAdviceLocked(active);
+  }
+  input.layout_advice = active.doctor_layout;
+  input.device_memory_bytes = active.doctor_device_memory;
+  input.micro_batch_fits = active.doctor_fits;
   doctor::Diagnosis diagnosis = doctor::Diagnose(input);
   if (!diagnosis.judged) return;  // not a window: too few steps yet, try again next tick
   active.doctor_step = newest;

@@ -4,7 +4,8 @@
 // the median step seconds of each over the timed steps and the median of the per-pair ratios;
 // loom-train samples one step in kBlockSampleEvery, so its overhead is that figure divided by
 // kBlockSampleEvery. Not a test: run by hand, record in docs/benchmarks.md.
-//   block_cost_bench [--steps N]   (N timed steps per preset and trainer; default 20)
+//   block_cost_bench [--steps N] [--preset NAME]   (N timed steps per preset and trainer, default
+//   20; presets tiny and small by default)
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -69,16 +70,19 @@ void Bench(const std::string& preset, int timed_steps) {
 
 int main(int argc, char** argv) {
   int steps = 20;
+  std::vector<std::string> presets = {"tiny", "small"};
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {
       steps = std::max(1, std::atoi(argv[++i]));
+    } else if (std::strcmp(argv[i], "--preset") == 0 && i + 1 < argc) {
+      presets = {argv[++i]};
     } else {
-      std::fprintf(stderr, "usage: block_cost_bench [--steps N]\n");
+      std::fprintf(stderr, "usage: block_cost_bench [--steps N] [--preset NAME]\n");
       return 2;
     }
   }
   std::printf("%-10s %6s %14s %14s %10s %18s\n", "preset", "L", "off ms/step", "every ms/step",
               "pair ratio", "overhead % (1/N)");
-  for (const char* preset : {"tiny", "small"}) Bench(preset, steps);
+  for (const std::string& preset : presets) Bench(preset, steps);
   return 0;
 }

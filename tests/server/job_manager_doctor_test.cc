@@ -3,6 +3,7 @@
 // finding, served by GetJobReport and exported as loom_job_finding / loom_rank_straggler_score,
 // and the series go when the job ends.
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -56,11 +57,15 @@ class JobManagerDoctorTest : public ::testing::Test {
     ASSERT_TRUE(s.ok()) << s;
   }
 
-  // A data-parallel job of 2 ranks on n1, RUNNING.
-  std::string RunningDataParallelJob() {
+  // A data-parallel job of 2 ranks on n1, RUNNING (or tensor-parallel with `tensor`).
+  std::string RunningDataParallelJob(bool tensor = false) {
     v1::JobSpec spec = CpuSpec(2);
     spec.mutable_train()->set_steps(1000);
-    spec.mutable_parallelism()->set_data(2);
+    if (tensor) {
+      spec.mutable_parallelism()->set_tensor(2);
+    } else {
+      spec.mutable_parallelism()->set_data(2);
+    }
     absl::StatusOr<v1::Job> job = manager_->CreateJob(CreateRequest(spec));
     EXPECT_TRUE(job.ok()) << job.status();
     for (int r = 0; r < 2; ++r) Send(RankPhase(job->name(), 1, r, v1::RANK_PHASE_RUNNING));
@@ -169,6 +174,23 @@ TEST_F(JobManagerDoctorTest, AStragglerIsRaisedAsAnEventReportedAndExported) {
   EXPECT_THAT(report->note(), HasSubstr("CANCELLED"));
   EXPECT_EQ(manager_->GetJobReport("jobs/nope").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(manager_->GetJobReport("bad").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The planner's advice reaches the rules: tensor parallelism over 2 CPU devices is predicted
+// clearly slower than data parallelism, with the job's own calibration.
+TEST_F(JobManagerDoctorTest, ALayoutWorseThanThePlannersBestIsRaised) {
+  const std::string job = RunningDataParallelJob(/*tensor=*/true);
+  int64_t step = 1;
+  Steps(job, &step, 2 + 4 + 4 + 4, 1.0);
+  absl::StatusOr<v1::JobReport> report = manager_->GetJobReport(job);
+  ASSERT_TRUE(report.ok());
+  std::optional<v1::Finding> layout;
+  for (const v1::Finding& f : report->findings()) {
+    if (f.kind() == v1::LAYOUT) layout = f;
+  }
+  ASSERT_TRUE(layout.has_value()) << report->DebugString();
+  EXPECT_EQ(layout->layout().tensor(), 1) << layout->DebugString();
+  EXPECT_GT(layout->predicted_gain(), 0.2);
 }
 
 TEST_F(JobManagerDoctorTest, EvenRanksRaiseNothing) {
