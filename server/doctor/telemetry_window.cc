@@ -1,5 +1,6 @@
 #include "server/doctor/telemetry_window.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
