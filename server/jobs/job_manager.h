@@ -238,6 +238,12 @@ class JobManager {
   // New steps of rank 0 between two doctor windows: the doctor judges a running job on the
   // tick once rank 0 has reported this many steps since its last window.
   static constexpr int64_t kDoctorWindowSteps = 4;
+  // The closed loop: re-splits per job at most, windows of the new generation measured before
+  // judging one (the window then holds as many steps as the one before), and the least step
+  // time it must save to stay.
+  static constexpr int kMaxRebalances = 2;
+  static constexpr int kRebalanceVerifyWindows = 4;
+  static constexpr double kRebalanceMinGain = 0.03;
 
  private:
   // Everything the manager knows about a job that is not terminal.
@@ -295,6 +301,15 @@ class JobManager {
     v1::JobReport doctor_report;
     // The planner's view for the LAYOUT and MEMORY rules, computed once per generation at the
     // first judged window (PlanDoctorAdviceLocked).
+    // The closed loop (spec.rebalance.mode auto): kept across the job's generations.
+    struct Rebalance {
+      int changes = 0;         // re-splits made (bounded by kMaxRebalances)
+      bool measuring = false;  // a re-split is being verified in the current generation
+      double before_step = 0;  // rank 0's median step before it
+      double predicted_step = 0;
+      std::string before_idle;  // per-stage idle ratios before it, for the event
+      std::vector<int> before, after;
+    } rebalance;
     bool doctor_planned = false;
     std::optional<doctor::LayoutAdvice> doctor_layout;
     uint64_t doctor_device_memory = 0;
@@ -356,6 +371,10 @@ class JobManager {
   // its devices and for the running layout's prediction and memory at a few micro-batch sizes;
   // once per generation. Requires mu_.
   void PlanDoctorAdviceLocked(ActiveJob& active) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // spec.rebalance.mode auto: applies a raised STAGE_IMBALANCE's split, or verifies (and rolls
+  // back) the last one. Returns true when the gang was re-queued. Requires mu_.
+  bool RebalanceLocked(ActiveJob& active, const doctor::Diagnosis& diagnosis)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keeps a step report's ratios and memory and (once per step) its comm bytes and device
   // allocations for the loom_rank_* and loom_gpu_* series. Requires mu_.
   void RecordRankTelemetry(ActiveJob& active, const v1::StepReport& report)

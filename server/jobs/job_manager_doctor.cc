@@ -8,6 +8,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "server/doctor/rules.h"
 #include "server/jobs/job_manager.h"
@@ -113,6 +115,15 @@ void JobManager::RunDoctorLocked(ActiveJob& active) {
   doctor::Diagnosis diagnosis = doctor::Diagnose(input);
   if (!diagnosis.judged) return;  // not a window: too few steps yet, try again next tick
   active.doctor_step = newest;
+  if (active.job.spec().rebalance().mode() == "off") {
+    for (v1::Finding& f : diagnosis.findings) {
+      if (f.kind() != v1::STAGE_IMBALANCE) continue;
+      f.clear_blocks_per_stage();
+      f.set_predicted_gain(0);
+      f.set_predicted_step_seconds(0);
+      f.set_fix("re-splitting is off (spec.rebalance.mode); set it to suggest or auto");
+    }
+  }
 
   doctor::TrackerUpdate update = doctor::Track(std::move(active.doctor_state), diagnosis.findings);
   active.doctor_state = std::move(update.state);
@@ -147,6 +158,73 @@ void JobManager::RunDoctorLocked(ActiveJob& active) {
       }
     }
   }
+  if (active.job.spec().rebalance().mode() == "auto") RebalanceLocked(active, diagnosis);
+}
+
+bool JobManager::RebalanceLocked(ActiveJob& active, const doctor::Diagnosis& diagnosis) {
+  ActiveJob::Rebalance& rb = active.rebalance;
+  auto idle = [&diagnosis] {
+    std::vector<std::string> parts;
+    for (const v1::StageReport& s : diagnosis.stages) {
+      parts.push_back(absl::StrFormat("%.2f", s.idle_ratio()));
+    }
+    return absl::StrCat("[", absl::StrJoin(parts, ", "), "]");
+  };
+  auto apply = [&](const std::vector<int>& split, const std::string& what) {
+    v1::Layout previous = active.job.layout();
+    active.job.mutable_layout()->mutable_blocks_per_stage()->Assign(split.begin(), split.end());
+    RequeueGangLocked(active, what, absl::ZeroDuration());
+    if (active.job.state() != v1::RESTARTING) *active.job.mutable_layout() = previous;  // refused
+  };
+  if (rb.measuring) {
+    if (active.doctor_state.windows < kRebalanceVerifyWindows) return false;
+    rb.measuring = false;
+    const double after = diagnosis.step_seconds;
+    const double gain = rb.before_step > 0 ? 1.0 - after / rb.before_step : 0.0;
+    const double predicted = rb.before_step > 0 ? 1.0 - rb.predicted_step / rb.before_step : 0.0;
+    const bool pays = gain >= kRebalanceMinGain;
+    AddNoticeLocked(
+        active,
+        absl::StrFormat("doctor: rebalance verified: step %.4f s with blocks_per_stage [%s] "
+                        "against %.4f s with [%s] (%+.1f%%; predicted %+.1f%%); stage idle "
+                        "ratios %s before, %s after%s",
+                        after, absl::StrJoin(rb.after, ", "), rb.before_step,
+                        absl::StrJoin(rb.before, ", "), -gain * 100, -predicted * 100,
+                        rb.before_idle, idle(), pays ? "" : "; it does not pay: rolling back"));
+    if (pays) return false;
+    rb.changes = kMaxRebalances;  // a change that did not pay is not tried again
+    apply(rb.before, absl::StrCat("doctor: rebalance rolled back to blocks_per_stage [",
+                                  absl::StrJoin(rb.before, ", "), "]"));
+    return true;
+  }
+  if (rb.changes >= kMaxRebalances) return false;
+  const int stages = std::max(1, active.job.layout().pipeline());
+  for (const auto& [key, entry] : active.doctor_state.entries) {
+    const v1::Finding& f = entry.finding;
+    if (!entry.raised || f.kind() != v1::STAGE_IMBALANCE || f.blocks_per_stage_size() != stages) {
+      continue;
+    }
+    rb.before = LayoutOf(active.job).blocks_per_stage;
+    if (static_cast<int>(rb.before.size()) != stages) {
+      rb.before = doctor::EvenSplit(LayoutOf(active.job).layers, stages);
+    }
+    rb.after.assign(f.blocks_per_stage().begin(), f.blocks_per_stage().end());
+    if (rb.after == rb.before) return false;
+    rb.before_step = diagnosis.step_seconds;
+    rb.predicted_step = f.predicted_step_seconds();
+    rb.before_idle = idle();
+    rb.measuring = true;
+    ++rb.changes;
+    apply(rb.after,
+          absl::StrFormat("doctor: rebalance %d of at most %d: blocks_per_stage [%s] -> [%s], "
+                          "predicted step %.4f s instead of %.4f s; resuming from the last "
+                          "checkpoint",
+                          rb.changes, kMaxRebalances, absl::StrJoin(rb.before, ", "),
+                          absl::StrJoin(rb.after, ", "), rb.predicted_step, rb.before_step));
+    if (active.job.state() != v1::RESTARTING) rb.measuring = false;
+    return true;
+  }
+  return false;
 }
 
 absl::StatusOr<v1::JobReport> JobManager::GetJobReport(std::string_view name) {
