@@ -138,8 +138,8 @@ void JobManager::RunDoctorLocked(ActiveJob& active) {
   for (const auto& [key, entry] : active.doctor_state.entries) {
     *(entry.raised ? report.add_findings() : report.add_pending()) = entry.finding;
   }
-  for (v1::StageReport& s : diagnosis.stages) *report.add_stages() = std::move(s);
-  for (v1::RankReport& r : diagnosis.ranks) *report.add_ranks() = std::move(r);
+  for (const v1::StageReport& s : diagnosis.stages) *report.add_stages() = s;
+  for (const v1::RankReport& r : diagnosis.ranks) *report.add_ranks() = r;
 
   for (auto [list, raised] : {std::pair{&update.raised, true}, std::pair{&update.cleared, false}}) {
     for (const v1::Finding& f : *list) {

@@ -103,6 +103,47 @@ TEST_F(DoctorIntegrationTest, HeadHeavyPipelineGetsStageImbalanceWithAMeasuredSp
   EXPECT_EQ(cluster_->Loomctl({"cancel", job}).exit_code, 0);
 }
 
+// The closed loop with real ranks: rebalance auto re-splits the head-heavy pipeline from its
+// checkpoint, the next generation resumes (its steps continue past the checkpoint) and the
+// verify event compares the step times with the prediction.
+TEST_F(DoctorIntegrationTest, AutoRebalanceReSplitsResumesAndVerifies) {
+  StartCluster(/*workers=*/1, /*devices_per_worker=*/4);
+  const std::string job = Submit(
+      "name: head-heavy-auto\n"
+      "model: {layers: 8, hidden: 64, heads: 4, seq_len: 64, vocab: 8192}\n"
+      "data: {builtin: tiny-corpus}\n"
+      "train: {steps: 2000, global_batch_tokens: 1024, lr: 1.0e-3}\n"
+      "resources: {cpu_devices: 4}\n"
+      "parallelism: {data: 1, tensor: 1, pipeline: 4, micro_batch: 4}\n"
+      "checkpoint: {every_steps: 8}\n"
+      "rebalance: {mode: auto}\n"
+      "env: {OMP_NUM_THREADS: 1, OPENBLAS_NUM_THREADS: 1}\n");
+  ASSERT_FALSE(job.empty());
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  std::string verified, resplit;
+  while (std::chrono::steady_clock::now() < end && verified.empty()) {
+    const absl::StatusOr<loom::v1::Job> j = cluster_->GetJob(job);
+    ASSERT_TRUE(j.ok()) << j.status();
+    for (const auto& e : j->events()) {
+      if (e.reason().find("doctor: rebalance 1 of") != std::string::npos) resplit = e.reason();
+      if (e.reason().find("doctor: rebalance verified") != std::string::npos) {
+        verified = e.reason();
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  ASSERT_FALSE(resplit.empty()) << Report(job).dump(2);
+  ASSERT_FALSE(verified.empty()) << resplit;
+  std::cerr << "re-split: " << resplit << "\nverified: " << verified << "\n";
+  EXPECT_THAT(resplit, HasSubstr("blocks_per_stage [2, 2, 2, 2] -> ["));
+  const absl::StatusOr<loom::v1::Job> j = cluster_->GetJob(job);
+  ASSERT_TRUE(j.ok());
+  EXPECT_GE(j->generation(), 2);
+  EXPECT_EQ(j->restart_count(), 0);
+  EXPECT_GT(j->progress().step(), 8);  // resumed from a checkpoint and kept training
+  EXPECT_EQ(cluster_->Loomctl({"cancel", job}).exit_code, 0);
+}
+
 std::string DataParallelYaml(const std::string& env) {
   return absl::StrCat("name: dp-straggler\n", "model: {preset: tiny}\n",
                       "data: {builtin: tiny-corpus}\n",

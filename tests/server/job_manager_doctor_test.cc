@@ -305,6 +305,8 @@ TEST_F(RebalanceTest, AutoReSplitsVerifiesAndKeepsAChangeThatPays) {
   EXPECT_TRUE(Has(reasons,
                   "doctor: rebalance verified: step 0.0410 s with blocks_per_stage "
                   "[3, 1] against 0.0510 s with [2, 2] (-19.6%"));
+  // The waiting stage's idle ratio went down.
+  EXPECT_TRUE(Has(reasons, "stage idle ratios [0.59, 0.02] before, [0.24, 0.02] after"));
   EXPECT_FALSE(Has(reasons, "rolled back"));
   EXPECT_EQ(manager_->GetJob(job).value().state(), v1::RUNNING);
 }
