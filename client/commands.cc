@@ -8,6 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "client/doctor_format.h"
 #include "client/exit_codes.h"
 #include "client/job_format.h"
 #include "client/job_name.h"
@@ -154,6 +155,23 @@ int RunGet(CommandContext& ctx, const std::string& job_arg, bool wait) {
   if (!job.ok()) return Fail(ctx, job.status());
   PrintJob(ctx, *job);
   return wait ? ExitCodeForJobState(job->state()) : kExitOk;
+}
+
+int RunDoctor(CommandContext& ctx, const std::string& job_arg) {
+  absl::StatusOr<std::string> name = NormalizeJobName(job_arg);
+  if (!name.ok()) return Fail(ctx, name.status());
+  grpc::ClientContext context;
+  ctx.connection->PrepareUnary(&context);
+  loom::v1::GetJobReportRequest request;
+  request.set_name(*name);
+  loom::v1::JobReport report;
+  const absl::Status s =
+      FromGrpcStatus(ctx.connection->jobs().GetJobReport(&context, request, &report));
+  if (!s.ok()) return Fail(ctx, s);
+  *ctx.out << (ctx.format == OutputFormat::kTable ? FormatJobReport(report)
+                                                  : RenderMessage(report, ctx.format));
+  ctx.out->flush();
+  return kExitOk;
 }
 
 int RunList(CommandContext& ctx, const std::string& state_arg) {

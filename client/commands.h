@@ -60,6 +60,8 @@ int RunWatch(CommandContext& ctx, const std::string& job);
 int RunLogs(CommandContext& ctx, const LogsArgs& args);
 int RunCancel(CommandContext& ctx, const std::string& job);
 int RunNodes(CommandContext& ctx);
+// The doctor's findings about a job (GetJobReport): a table, or the JobReport as JSON / YAML.
+int RunDoctor(CommandContext& ctx, const std::string& job);
 
 struct DrainArgs {
   std::string node;               // gpu-1 or nodes/gpu-1

@@ -10,9 +10,9 @@
 #include "absl/time/time.h"
 #include "client/commands.h"
 #include "client/connection.h"
-#include "common/tls.h"
 #include "client/exit_codes.h"
 #include "client/output_format.h"
+#include "common/tls.h"
 
 int main(int argc, char** argv) {
   using namespace loom::client;
@@ -83,6 +83,10 @@ int main(int argc, char** argv) {
   logs->add_flag("-f,--follow", logs_args.follow, "Keep printing new lines until the job ends");
   logs->add_option("--rank", rank, "Only this rank");
 
+  CLI::App* doctor =
+      app.add_subcommand("doctor", "Show what the doctor found in a running job, with fixes");
+  doctor->add_option("JOB", job, "abc or jobs/abc")->required();
+
   CLI::App* cancel = app.add_subcommand("cancel", "Cancel a job (its ranks are stopped)");
   cancel->add_option("JOB", job, "abc or jobs/abc")->required();
 
@@ -146,6 +150,7 @@ int main(int argc, char** argv) {
     return RunLogs(ctx, logs_args);
   }
   if (*cancel) return RunCancel(ctx, job);
+  if (*doctor) return RunDoctor(ctx, job);
   if (*drain) return RunDrainNode(ctx, drain_args);
   if (*del) return RunDeleteNode(ctx, delete_node, delete_force);
   if (*nodes || *nodes_list) return RunNodes(ctx);

@@ -596,6 +596,14 @@ void JobManager::LaunchLocked(ActiveJob& active, const std::vector<v1::Placement
   active.rate_start_step = -1;
   active.resume_checked = false;
   active.step_times.Reset();
+  active.doctor_window.Reset();
+  active.doctor_state = {};
+  active.doctor_step = -1;
+  active.doctor_report.Clear();
+  active.doctor_planned = false;
+  active.doctor_layout.reset();
+  active.doctor_device_memory = 0;
+  active.doctor_fits.clear();
   active.counted_steps.clear();
   active.scheduled_at = now;
   active.last_progress = now;

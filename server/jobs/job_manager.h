@@ -52,6 +52,9 @@
 #include "loom/v1/node.pb.h"
 #include "server/auth/principal.h"
 #include "server/calibration/calibrator.h"
+#include "server/doctor/finding_tracker.h"
+#include "server/doctor/rules.h"
+#include "server/doctor/telemetry_window.h"
 #include "server/jobs/job_state_machine.h"
 #include "server/jobs/job_watchers.h"
 #include "server/jobs/log_store.h"
@@ -225,6 +228,23 @@ class JobManager {
   // The latest StepReport of each rank of the job's current generation (for later telemetry).
   std::map<int, v1::StepReport> LatestSteps(std::string_view name);
 
+  // ---- The doctor (job_manager_doctor.cc) ----
+
+  // The doctor's report of the job's current generation: raised findings, pending ones, per
+  // stage and per rank medians. A job that is not active (or not judged yet) gets an empty
+  // report with a note. Errors as GetJob.
+  absl::StatusOr<v1::JobReport> GetJobReport(std::string_view name);
+
+  // New steps of rank 0 between two doctor windows: the doctor judges a running job on the
+  // tick once rank 0 has reported this many steps since its last window.
+  static constexpr int64_t kDoctorWindowSteps = 4;
+  // The closed loop: re-splits per job at most, windows of the new generation measured before
+  // judging one (the window then holds as many steps as the one before), and the least step
+  // time it must save to stay.
+  static constexpr int kMaxRebalances = 2;
+  static constexpr int kRebalanceVerifyWindows = 4;
+  static constexpr double kRebalanceMinGain = 0.03;
+
  private:
   // Everything the manager knows about a job that is not terminal.
   struct ActiveJob {
@@ -273,6 +293,27 @@ class JobManager {
     // Nodes that failed to prepare or to start this job: the scheduler avoids them for it until
     // they register again.
     std::set<std::string> avoid_nodes;
+    // The doctor (memory only; reset at each launch): every rank's recent steps and block
+    // costs, the findings' persistence, rank 0's step at the last window, the last report.
+    doctor::TelemetryWindow doctor_window;
+    doctor::TrackerState doctor_state;
+    int64_t doctor_step = -1;
+    v1::JobReport doctor_report;
+    // The planner's view for the LAYOUT and MEMORY rules, computed once per generation at the
+    // first judged window (PlanDoctorAdviceLocked).
+    // The closed loop (spec.rebalance.mode auto): kept across the job's generations.
+    struct Rebalance {
+      int changes = 0;         // re-splits made (bounded by kMaxRebalances)
+      bool measuring = false;  // a re-split is being verified in the current generation
+      double before_step = 0;  // rank 0's median step before it
+      double predicted_step = 0;
+      std::string before_idle;  // per-stage idle ratios before it, for the event
+      std::vector<int> before, after;
+    } rebalance;
+    bool doctor_planned = false;
+    std::optional<doctor::LayoutAdvice> doctor_layout;
+    uint64_t doctor_device_memory = 0;
+    std::vector<doctor::MicroBatchFit> doctor_fits;
   };
 
   // Records `notice` as an event of the job that changes no state (from_state == to_state).
@@ -324,6 +365,17 @@ class JobManager {
   void HandleRankStatusLocked(const std::string& node, const v1::RankStatus& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleStepLocked(const std::string& node, const v1::StepReport& report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs the doctor's rules over the job's window when rank 0 has moved kDoctorWindowSteps
+  // steps since the last window; raised and cleared findings become job events. Requires mu_.
+  void RunDoctorLocked(ActiveJob& active) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Asks the planner (with this loomd's calibration) for the best layout of the job's model on
+  // its devices and for the running layout's prediction and memory at a few micro-batch sizes;
+  // once per generation. Requires mu_.
+  void PlanDoctorAdviceLocked(ActiveJob& active) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // spec.rebalance.mode auto: applies a raised STAGE_IMBALANCE's split, or verifies (and rolls
+  // back) the last one. Returns true when the gang was re-queued. Requires mu_.
+  bool RebalanceLocked(ActiveJob& active, const doctor::Diagnosis& diagnosis)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keeps a step report's ratios and memory and (once per step) its comm bytes and device
   // allocations for the loom_rank_* and loom_gpu_* series. Requires mu_.

@@ -391,6 +391,7 @@ void JobManager::HandleStepLocked(const std::string& node, const v1::StepReport&
   active->rank_progress[report.rank()] = clock_->Now();
   active->latest_steps[report.rank()] = report;
   if (!report.has_val_loss()) RecordRankTelemetry(*active, report);
+  active->doctor_window.Add(report);
   if (active->job.state() == v1::SCHEDULED) {
     // A rank that reports steps has started, even if its RUNNING report was lost.
     active->running_ranks.insert(report.rank());
@@ -570,6 +571,9 @@ void JobManager::Tick() {
     absl::Status s = CommitLocked(active, active.job, std::nullopt);
     if (!s.ok()) LOOM_LOG(WARNING) << "cannot persist progress of " << name << ": " << s;
   }
+  for (const auto& [name, active] : active_) {
+    if (active->job.state() == v1::RUNNING) RunDoctorLocked(*active);
+  }
   ScheduleLocked();  // picks up RESTARTING jobs whose backoff has expired
 }
 
@@ -617,6 +621,24 @@ server_metrics::Snapshot JobManager::MetricsSnapshot() {
       snapshot.job_step_seconds[id] = times;
     }
     if (!active->rank_telemetry.empty()) snapshot.ranks[id] = active->rank_telemetry;
+    if (active->doctor_report.windows() > 0) {
+      server_metrics::JobDoctorTelemetry& doctor = snapshot.doctor[id];
+      for (const v1::Finding& f : active->doctor_report.findings()) {
+        ++doctor.findings[{doctor::KindName(f.kind()), doctor::SeverityName(f.severity())}];
+      }
+      const v1::JobReport& r = active->doctor_report;
+      if (r.stages_size() > 1) {
+        double sum = 0, most = 0;
+        for (const v1::StageReport& st : r.stages()) {
+          sum += st.busy_seconds();
+          most = std::max(most, st.busy_seconds());
+        }
+        if (sum > 0) doctor.stage_imbalance_ratio = most / (sum / r.stages_size());
+      }
+      for (const v1::RankReport& rank : r.ranks()) {
+        doctor.straggler_scores[rank.rank()] = rank.straggler_score();
+      }
+    }
   }
   for (const v1::Node& node : nodes_.List()) {
     snapshot.quarantined_gangs += node.quarantined_size();

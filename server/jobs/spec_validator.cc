@@ -485,6 +485,23 @@ absl::Status CheckCheckpointAndRestart(v1::JobSpec &spec) {
 // The deny-list and limits shared with loom-worker (common/env_policy.h).
 absl::Status CheckEnv(const v1::JobSpec &spec) { return CheckSpecEnv(spec.env(), "spec.env"); }
 
+// spec.rebalance.mode: "", "off", "suggest" or "auto"; auto restarts from checkpoints, so it
+// needs periodic ones.
+absl::Status CheckRebalance(const v1::JobSpec &spec) {
+  const std::string &mode = spec.rebalance().mode();
+  if (mode != "" && mode != "off" && mode != "suggest" && mode != "auto") {
+    return Invalid("spec.rebalance.mode",
+                   absl::StrCat("\"", mode.substr(0, 64),
+                                "\" is not one of off, suggest, auto"));
+  }
+  if (mode == "auto" && spec.checkpoint().every_steps() <= 0) {
+    return Invalid("spec.rebalance.mode",
+                   "auto re-splits by restarting from the last checkpoint: set "
+                   "checkpoint.every_steps > 0");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckCapacity(const ValidatedSpec &out, const ClusterCapacity &capacity) {
   const bool gpu = out.device_kind == v1::DEVICE_KIND_GPU;
   const DeviceCapacity &have = gpu ? capacity.gpu : capacity.cpu;
@@ -539,6 +556,7 @@ absl::StatusOr<ValidatedSpec> ValidateJobSpec(const v1::JobSpec &spec,
   RETURN_IF_ERROR(CheckBatch(*s.mutable_train(), *s.mutable_parallelism(), out.layout));
   RETURN_IF_ERROR(CheckCheckpointAndRestart(s));
   RETURN_IF_ERROR(CheckEnv(s));
+  RETURN_IF_ERROR(CheckRebalance(s));
   // FAILED_PRECONDITION: what the operator allows and what the cluster has now.
   RETURN_IF_ERROR(CheckRoots(s, policy));
   RETURN_IF_ERROR(CheckCapacity(out, capacity));

@@ -112,6 +112,7 @@ void ServerMetrics::Collect() {
   std::set<std::pair<std::string, metrics::Labels>> exported;
   CollectJobStepTimes(snapshot.job_step_seconds, exported);
   CollectRanks(snapshot.ranks, exported);
+  CollectDoctor(snapshot.doctor, exported);
   absl::MutexLock lock(&mu_);
   for (const auto& [name, labels] : job_series_) {
     if (!exported.contains({name, labels})) registry_->RemoveSeries(name, labels);
@@ -139,6 +140,41 @@ void ServerMetrics::CollectJobStepTimes(
                      labels)
           .Set(*times.measured_seconds);
       exported.insert({kMeasured, labels});
+    }
+  }
+}
+
+void ServerMetrics::CollectDoctor(const std::map<std::string, JobDoctorTelemetry>& jobs,
+                                  std::set<std::pair<std::string, metrics::Labels>>& exported) {
+  constexpr char kFinding[] = "loom_job_finding";
+  constexpr char kImbalance[] = "loom_job_stage_imbalance_ratio";
+  constexpr char kStraggler[] = "loom_rank_straggler_score";
+  for (const auto& [job, doctor] : jobs) {
+    for (const auto& [key, count] : doctor.findings) {
+      const metrics::Labels labels = {{"job", job}, {"kind", key.first}, {"severity", key.second}};
+      registry_
+          ->GetGauge(kFinding, "The doctor's raised findings of the job, by kind and severity.",
+                     labels)
+          .Set(count);
+      exported.insert({kFinding, labels});
+    }
+    if (doctor.stage_imbalance_ratio.has_value()) {
+      const metrics::Labels labels = {{"job", job}};
+      registry_
+          ->GetGauge(kImbalance,
+                     "The busiest pipeline stage's busy time over the mean over stages.", labels)
+          .Set(*doctor.stage_imbalance_ratio);
+      exported.insert({kImbalance, labels});
+    }
+    for (const auto& [rank, score] : doctor.straggler_scores) {
+      const metrics::Labels labels = {{"job", job}, {"rank", std::to_string(rank)}};
+      registry_
+          ->GetGauge(kStraggler,
+                     "Median busy time of the rank's data-parallel peers at its position over its "
+                     "own (below 1: slower than its peers).",
+                     labels)
+          .Set(score);
+      exported.insert({kStraggler, labels});
     }
   }
 }

@@ -37,6 +37,17 @@
 //   loom_gpu_device_allocations_total{job, rank}
 //                                             counter, device memory segments (cudaMalloc) the
 //                                             rank took; flat once the steady state is reached
+//   loom_job_finding{job, kind, severity}    gauge, the doctor's raised findings of the job by
+//                                             kind (STAGE_IMBALANCE, STRAGGLER, ...) and
+//                                             severity (info|warning|critical); a series exists
+//                                             only while such a finding is raised
+//   loom_job_stage_imbalance_ratio{job}       gauge, the busiest pipeline stage's busy time over
+//                                             the mean over stages (pipeline jobs the doctor
+//                                             has judged)
+//   loom_rank_straggler_score{job, rank}      gauge, the median busy time of the rank's
+//                                             data-parallel peers at the same (stage, tensor)
+//                                             position over its own (below 1: slower; 1 without
+//                                             peers)
 // The per-job and per-rank series carry the job id (bounded by the active jobs) and the rank
 // (bounded by the world size) and are removed at the first scrape after the job ends, so label
 // sets do not accumulate.
@@ -109,6 +120,15 @@ struct RankTelemetry {
   std::optional<uint64_t> device_allocations_total;
 };
 
+// The doctor's view of one job (server/doctor), for the loom_job_finding,
+// loom_job_stage_imbalance_ratio and loom_rank_straggler_score series.
+struct JobDoctorTelemetry {
+  // (kind, severity) label values -> raised findings.
+  std::map<std::pair<std::string, std::string>, int> findings;
+  std::optional<double> stage_imbalance_ratio;
+  std::map<int, double> straggler_scores;  // by rank
+};
+
 // What the gauges show, taken from the job manager at scrape time.
 struct Snapshot {
   std::map<v1::JobState, int> jobs;  // every state, including terminal ones
@@ -121,6 +141,8 @@ struct Snapshot {
   std::map<std::string, JobStepTimes> job_step_seconds;
   // job id -> rank -> its telemetry, for the active jobs whose ranks have reported.
   std::map<std::string, std::map<int, RankTelemetry>> ranks;
+  // job id -> the doctor's latest report, for the active jobs it has judged.
+  std::map<std::string, JobDoctorTelemetry> doctor;
 };
 
 class ServerMetrics {
@@ -150,6 +172,9 @@ class ServerMetrics {
   // Sets the per-rank gauges and counters of `ranks` and adds those series to `exported`.
   void CollectRanks(const std::map<std::string, std::map<int, RankTelemetry>>& ranks,
                     std::set<std::pair<std::string, metrics::Labels>>& exported);
+  // Sets the doctor's per-job and per-rank gauges and adds those series to `exported`.
+  void CollectDoctor(const std::map<std::string, JobDoctorTelemetry>& jobs,
+                     std::set<std::pair<std::string, metrics::Labels>>& exported);
   // Sets the memory gauges of one rank (`labels`: job, rank) and adds them to `exported`.
   void CollectRankMemory(const metrics::Labels& labels, const RankMemory& memory,
                          std::set<std::pair<std::string, metrics::Labels>>& exported);

@@ -74,6 +74,18 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status JobServiceImpl::GetJobReport(grpc::ServerContext* context,
+                                          const v1::GetJobReportRequest* request,
+                                          v1::JobReport* response) {
+  absl::StatusOr<auth::Principal> who =
+      AuthorizeJob(context, authenticator_, manager_, request->name(), nullptr);
+  if (!who.ok()) return ToGrpcStatus(who.status());
+  absl::StatusOr<v1::JobReport> report = manager_->GetJobReport(request->name());
+  if (!report.ok()) return ToGrpcStatus(report.status());
+  *response = std::move(*report);
+  return grpc::Status::OK;
+}
+
 grpc::Status JobServiceImpl::PlanJob(grpc::ServerContext* context,
                                      const v1::PlanJobRequest* request,
                                      v1::PlanJobResponse* response) {

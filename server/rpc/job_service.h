@@ -48,6 +48,9 @@ class JobServiceImpl final
                          v1::Job* response) override;
   grpc::Status PlanJob(grpc::ServerContext* context, const v1::PlanJobRequest* request,
                        v1::PlanJobResponse* response) override;
+  // The doctor's report; tenant-checked exactly like GetJob (another tenant's job is NOT_FOUND).
+  grpc::Status GetJobReport(grpc::ServerContext* context, const v1::GetJobReportRequest* request,
+                            v1::JobReport* response) override;
   // The current job first, then every update; ends after a terminal state, when the client
   // goes away, or when loomd shuts down.
   // RESOURCE_EXHAUSTED when the caller already holds its limit of open streams.

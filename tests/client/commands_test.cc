@@ -106,8 +106,18 @@ class FakeJobs final : public loom::v1::JobService::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status GetJobReport(grpc::ServerContext*, const loom::v1::GetJobReportRequest* request,
+                            loom::v1::JobReport* response) override {
+    if (request->name() != "jobs/j1") {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, request->name() + " not found");
+    }
+    *response = report;
+    return grpc::Status::OK;
+  }
+
   std::mutex mu;
   grpc::Status create_error = grpc::Status::OK;
+  loom::v1::JobReport report;
   std::vector<loom::v1::CreateJobRequest> creates;
   std::vector<std::string> gets;
   std::vector<loom::v1::ListJobsRequest> lists;
@@ -197,6 +207,61 @@ class CommandsTest : public ::testing::Test {
   CommandContext ctx_;
   std::filesystem::path dir_;
 };
+
+// `loomctl doctor JOB`: the findings with their fix, gain and evidence, per stage and per rank;
+// -o json is the JobReport; an unknown job is the server's NOT_FOUND.
+TEST_F(CommandsTest, DoctorPrintsTheFindings) {
+  loom::v1::JobReport& r = jobs_.report;
+  r.set_job("jobs/j1");
+  r.set_generation(1);
+  r.set_windows(5);
+  r.set_step_seconds(0.25);
+  loom::v1::Finding* f = r.add_findings();
+  f->set_kind(loom::v1::STAGE_IMBALANCE);
+  f->set_severity(loom::v1::FINDING_SEVERITY_CRITICAL);
+  f->set_subject("stage 3");
+  f->set_summary("pipeline stage 3 is the bottleneck");
+  f->set_fix("set parallelism.blocks_per_stage: [3, 2, 2, 1]");
+  f->set_predicted_gain(0.2);
+  auto* e = f->add_evidence();
+  e->set_name("imbalance_ratio");
+  e->set_value(1.8);
+  e->set_series("loom_job_stage_imbalance_ratio");
+  loom::v1::StageReport* st = r.add_stages();
+  st->set_stage(0);
+  st->set_blocks(2);
+  st->set_idle_ratio(0.4);
+  r.add_stages()->set_stage(1);
+  loom::v1::RankReport* rank = r.add_ranks();
+  rank->set_rank(0);
+  rank->set_node("nodes/w0");
+  rank->set_straggler_score(1.0);
+
+  EXPECT_EQ(RunDoctor(ctx_, "j1"), 0) << err_.str();
+  const std::string table = out_.str();
+  for (const char* part : {"STAGE_IMBALANCE", "CRITICAL", "stage 3", "gain -20%",
+                           "fix: set parallelism.blocks_per_stage: [3, 2, 2, 1]", "imbalance_ratio",
+                           "(loom_job_stage_imbalance_ratio)", "STAGE  BLOCKS", "nodes/w0"}) {
+    EXPECT_NE(table.find(part), std::string::npos) << part << " in\n" << table;
+  }
+
+  out_.str("");
+  ctx_.format = OutputFormat::kJson;
+  EXPECT_EQ(RunDoctor(ctx_, "jobs/j1"), 0);
+  EXPECT_NE(out_.str().find("\"kind\": \"STAGE_IMBALANCE\""), std::string::npos) << out_.str();
+  EXPECT_NE(out_.str().find("\"blocksPerStage\""), std::string::npos);
+
+  ctx_.format = OutputFormat::kTable;
+  out_.str("");
+  r.Clear();
+  r.set_job("jobs/j1");
+  r.set_note("waiting for steps");
+  EXPECT_EQ(RunDoctor(ctx_, "j1"), 0);
+  EXPECT_NE(out_.str().find("Note:      waiting for steps"), std::string::npos) << out_.str();
+
+  EXPECT_NE(RunDoctor(ctx_, "other"), 0);  // the server's NOT_FOUND
+  EXPECT_NE(err_.str().find("not found"), std::string::npos) << err_.str();
+}
 
 TEST_F(CommandsTest, SubmitSendsTheSpecAndAFreshRequestId) {
   const std::string file = WriteSpec("resources: {cpu_devices: 2}\ndata: {path: t.bin}\n");

@@ -234,6 +234,20 @@ TEST_F(SecurityTest, TenantsCannotSeeOrTouchEachOthersJobs) {
     EXPECT_FALSE(reader->Read(&line));
     EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::PERMISSION_DENIED);
   }
+  {
+    // The doctor's report: the owner's (a QUEUED job: empty, with a note), not another tenant's.
+    v1::GetJobReportRequest request;
+    request.set_name(mine.name());
+    v1::JobReport report;
+    status =
+        v1::JobService::NewStub(Channel())->GetJobReport(Ctx(kTeamBToken).get(), request, &report);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    status =
+        v1::JobService::NewStub(Channel())->GetJobReport(Ctx(user_token_).get(), request, &report);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(report.job(), mine.name());
+    EXPECT_THAT(report.note(), HasSubstr("QUEUED"));
+  }
   // The same request_id from another tenant is another job, not the first tenant's.
   v1::Job theirs;
   ASSERT_TRUE(Create(kTeamBToken, CreateRequest(CpuSpec(1), "req-1"), &theirs).ok());

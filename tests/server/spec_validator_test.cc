@@ -115,6 +115,15 @@ const std::vector<BadSpecCase>& BadSpecs() {
        kInvalid,
        {"spec.name", "63"}},
       {"NameWithSlash", Gpu([](auto& s) { s.set_name("a/b"); }), kInvalid, {"spec.name"}},
+      // rebalance (the doctor's closed loop)
+      {"RebalanceModeUnknown",
+       Gpu([](auto& s) { s.mutable_rebalance()->set_mode("always"); }),
+       kInvalid,
+       {"spec.rebalance.mode", "off, suggest, auto"}},
+      {"RebalanceAutoWithoutCheckpoints",
+       Gpu([](auto& s) { s.mutable_rebalance()->set_mode("auto"); }),
+       kInvalid,
+       {"spec.rebalance.mode", "checkpoint.every_steps"}},
       // resources
       {"ZeroDevices",
        Gpu([](auto& s) { s.mutable_resources()->set_gpus(0); }),

@@ -161,7 +161,7 @@ TEST(SpecTest, ProtoJsonMappingWithCamelCaseStringsAndZeroDefaults) {
       "parallelism": {"auto": {}, "data": 0, "tensor": 0, "pipeline": 0, "microBatch": 0},
       "checkpoint": {"everySteps": "100", "dir": ""},
       "restart": {"maxRestarts": 2, "backoffSeconds": 1.5},
-      "priority": 3, "env": {"HF_HOME": "/x"}})");
+      "priority": 3, "env": {"HF_HOME": "/x"}, "rebalance": {"mode": "auto"}})");
   EXPECT_EQ(c.name, "job-7");
   EXPECT_EQ(c.model, *PresetDims("tiny"));
   EXPECT_EQ(c.steps, 200);

@@ -96,6 +96,55 @@ TEST(ProgressTest, StepLineCarriesTheMemoryStatistics) {
   }
 }
 
+// Per-block costs (issue 12, part 1): every kBlockSampleEvery-th step of a single-stage trainer
+// times the embedding, every block and the head, and the progress line carries them; the other
+// steps carry none, and sampling off carries none at all.
+TEST(TrainerTest, SampledStepsCarryPerBlockCosts) {
+  JobConfig c = TinyConfig(kBlockSampleEvery);
+  Dataset data = TinyData(c);
+  Trainer trainer(c, ResolveBatchShape(c, RankEnv{}), data);
+  Progress progress(/*rank=*/0, c.steps, /*progress_fd=*/-1, /*human=*/false);
+  for (int64_t i = 1; i <= kBlockSampleEvery; ++i) {
+    const StepResult r = trainer.Step();
+    const std::string line = progress.StepJson(r);
+    if (i % kBlockSampleEvery != 0) {
+      EXPECT_FALSE(r.has_block_costs) << "step " << i;
+      EXPECT_EQ(line.find("block_seconds"), std::string::npos) << line;
+      continue;
+    }
+    ASSERT_TRUE(r.has_block_costs) << "step " << i;
+    const BlockCosts& b = r.block_costs;
+    EXPECT_EQ(b.first_block, 0);
+    ASSERT_EQ(b.forward.size(), static_cast<size_t>(c.model.layers));
+    ASSERT_EQ(b.backward.size(), b.forward.size());
+    double blocks = 0;
+    for (size_t j = 0; j < b.forward.size(); ++j) {
+      EXPECT_GT(b.forward[j], 0.0);
+      EXPECT_GT(b.backward[j], 0.0);
+      blocks += b.forward[j] + b.backward[j];
+    }
+    EXPECT_TRUE(b.has_embedding);
+    EXPECT_TRUE(b.has_head);
+    EXPECT_GT(b.embedding_forward, 0.0);
+    EXPECT_GT(b.head_forward, 0.0);
+    EXPECT_GT(b.head_backward, 0.0);
+    // The parts are inside the step's forward + backward phases.
+    const double fwd_bwd = r.times.phase(Phase::kForward) + r.times.phase(Phase::kBackward);
+    EXPECT_LE(
+        blocks + b.embedding_forward + b.embedding_backward + b.head_forward + b.head_backward,
+        fwd_bwd * 1.001);
+    EXPECT_NE(line.find("\"block_seconds\":{\"first_block\":0,\"forward\":["), std::string::npos)
+        << line;
+    EXPECT_NE(line.find("\"embedding\":["), std::string::npos) << line;
+    EXPECT_NE(line.find("\"head\":["), std::string::npos) << line;
+  }
+  Trainer every(c, ResolveBatchShape(c, RankEnv{}), data);
+  every.set_block_sample_every(1);
+  EXPECT_TRUE(every.Step().has_block_costs);
+  every.set_block_sample_every(0);  // off
+  EXPECT_FALSE(every.Step().has_block_costs);
+}
+
 // N steps uninterrupted == k steps + save + load into a fresh trainer + N - k steps.
 TEST(TrainerTest, ResumeIsBitForBit) {
   TempDir dir;

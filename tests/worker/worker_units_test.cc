@@ -165,6 +165,43 @@ TEST(ProgressParserTest, MemoryStatistics) {
   EXPECT_EQ((*old)->device(), "");
 }
 
+// A sampled step's per-block costs (docs/rank-contract.md "block_seconds").
+TEST(ProgressParserTest, BlockSeconds) {
+  auto r = ParseProgressLine(
+      R"({"event":"step","rank":1,"step":8,"step_seconds":0.1,"block_seconds":{"first_block":2,)"
+      R"("forward":[0.01,0.02],"backward":[0.03,0.04],"head":[0.05,0.06]}})");
+  ASSERT_TRUE(r.ok() && r->has_value()) << r.status();
+  ASSERT_TRUE((*r)->has_block_costs());
+  const v1::BlockCosts& b = (*r)->block_costs();
+  EXPECT_EQ(b.first_block(), 2);
+  ASSERT_EQ(b.forward_seconds_size(), 2);
+  EXPECT_DOUBLE_EQ(b.forward_seconds(1), 0.02);
+  EXPECT_DOUBLE_EQ(b.backward_seconds(0), 0.03);
+  EXPECT_FALSE(b.has_embedding());
+  EXPECT_TRUE(b.has_head());
+  EXPECT_DOUBLE_EQ(b.head_forward_seconds(), 0.05);
+  EXPECT_DOUBLE_EQ(b.head_backward_seconds(), 0.06);
+
+  auto none = ParseProgressLine(R"({"event":"step","step":3,"step_seconds":0.1})");
+  ASSERT_TRUE(none.ok() && none->has_value());
+  EXPECT_FALSE((*none)->has_block_costs());
+
+  for (
+      const char* bad : {
+          R"({"event":"step","step":1,"block_seconds":[1]})",
+          R"({"event":"step","step":1,"block_seconds":{"first_block":0,"forward":[1]}})",
+          R"({"event":"step","step":1,"block_seconds":{"forward":[1],"backward":[1,2]}})",
+          R"({"event":"step","step":1,"block_seconds":{"forward":[-1],"backward":[1]}})",
+          R"({"event":"step","step":1,"block_seconds":{"forward":["x"],"backward":[1]}})",
+          R"({"event":"step","step":1,"block_seconds":{"first_block":-2,"forward":[],"backward":[]}})",
+          R"({"event":"step","step":1,"block_seconds":{"forward":[],"backward":[],"head":[1]}})",
+      }) {
+    auto e = ParseProgressLine(bad);
+    ASSERT_FALSE(e.ok()) << bad;
+    EXPECT_NE(e.status().message().find("block_seconds"), std::string::npos) << e.status();
+  }
+}
+
 TEST(ProgressParserTest, BadMemoryStatisticsAreErrors) {
   struct Case {
     const char* line;

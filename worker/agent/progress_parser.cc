@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/struct.pb.h"
@@ -68,6 +70,84 @@ absl::Status ReadDevice(const Struct& s, std::string* out) {
                                                    kMaxDeviceChars, " characters"));
   }
   *out = v->string_value();
+  return absl::OkStatus();
+}
+
+// Reads a JSON array of at most `max` non-negative finite numbers.
+absl::Status ReadSeconds(const Value& v, const std::string& field, size_t max,
+                         std::vector<double>* out) {
+  if (v.kind_case() != Value::kListValue ||
+      static_cast<size_t>(v.list_value().values_size()) > max) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "field \"", field, "\" must be an array of at most ", max, " non-negative numbers"));
+  }
+  for (const Value& e : v.list_value().values()) {
+    if (e.kind_case() != Value::kNumberValue || !std::isfinite(e.number_value()) ||
+        e.number_value() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("field \"", field, "\" must hold non-negative finite numbers"));
+    }
+    out->push_back(e.number_value());
+  }
+  return absl::OkStatus();
+}
+
+// Reads the optional "block_seconds" object of a sampled step (docs/rank-contract.md).
+absl::Status ReadBlockSeconds(const Struct& s, loom::v1::StepReport* report) {
+  // More blocks than any model the planner knows; bounds the report's size.
+  constexpr size_t kMaxBlocks = 1024;
+  const Value* v = Find(s, "block_seconds");
+  if (v == nullptr || v->kind_case() == Value::kNullValue) return absl::OkStatus();
+  if (v->kind_case() != Value::kStructValue) {
+    return absl::InvalidArgumentError("field \"block_seconds\" must be an object");
+  }
+  const Struct& b = v->struct_value();
+  loom::v1::BlockCosts* costs = report->mutable_block_costs();
+  int64_t first = 0;
+  if (absl::Status e = ReadCount(b, "first_block", &first); !e.ok() || first > 1 << 20) {
+    return absl::InvalidArgumentError(
+        "field \"block_seconds.first_block\" must be a non-negative integer");
+  }
+  costs->set_first_block(static_cast<int32_t>(first));
+  std::vector<double> fwd, bwd;
+  const Value* f = Find(b, "forward");
+  const Value* w = Find(b, "backward");
+  if (f == nullptr || w == nullptr) {
+    return absl::InvalidArgumentError(
+        "field \"block_seconds\" needs both \"forward\" and \"backward\"");
+  }
+  if (absl::Status e = ReadSeconds(*f, "block_seconds.forward", kMaxBlocks, &fwd); !e.ok()) {
+    return e;
+  }
+  if (absl::Status e = ReadSeconds(*w, "block_seconds.backward", kMaxBlocks, &bwd); !e.ok()) {
+    return e;
+  }
+  if (fwd.size() != bwd.size()) {
+    return absl::InvalidArgumentError(
+        "fields \"block_seconds.forward\" and \"block_seconds.backward\" must be the same length");
+  }
+  *costs->mutable_forward_seconds() = {fwd.begin(), fwd.end()};
+  *costs->mutable_backward_seconds() = {bwd.begin(), bwd.end()};
+  for (const char* part : {"embedding", "head"}) {
+    const Value* p = Find(b, part);
+    if (p == nullptr || p->kind_case() == Value::kNullValue) continue;
+    std::vector<double> fb;
+    const std::string field = absl::StrCat("block_seconds.", part);
+    if (absl::Status e = ReadSeconds(*p, field, 2, &fb); !e.ok()) return e;
+    if (fb.size() != 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("field \"", field, "\" must be [forward, backward] seconds"));
+    }
+    if (std::string_view(part) == "embedding") {
+      costs->set_has_embedding(true);
+      costs->set_embedding_forward_seconds(fb[0]);
+      costs->set_embedding_backward_seconds(fb[1]);
+    } else {
+      costs->set_has_head(true);
+      costs->set_head_forward_seconds(fb[0]);
+      costs->set_head_backward_seconds(fb[1]);
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -209,6 +289,7 @@ absl::StatusOr<std::optional<loom::v1::StepReport>> ParseProgressLine(std::strin
   report.set_memory_fragmentation(fragmentation);
   report.set_device_allocations(device_allocations);
   report.set_device(std::move(device));
+  if (absl::Status e = ReadBlockSeconds(obj, &report); !e.ok()) return e;
   return std::optional<loom::v1::StepReport>(std::move(report));
 }
 

@@ -5,10 +5,38 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "worker/train/config/json.h"
 
 namespace loom::train {
+
+namespace {
+
+std::string NumberArray(const std::vector<double>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%s%.9g", i ? "," : "", v[i]);
+    out += buf;
+  }
+  return out + "]";
+}
+
+}  // namespace
+
+std::string BlockSecondsJson(const BlockCosts& c) {
+  JsonObject o;
+  o.Add("first_block", c.first_block)
+      .AddRaw("forward", NumberArray(c.forward))
+      .AddRaw("backward", NumberArray(c.backward));
+  if (c.has_embedding) {
+    o.AddRaw("embedding", NumberArray({c.embedding_forward, c.embedding_backward}));
+  }
+  if (c.has_head) o.AddRaw("head", NumberArray({c.head_forward, c.head_backward}));
+  return o.str();
+}
 
 Progress::Progress(int rank, int64_t total_steps, int progress_fd, bool human)
     : rank_(rank), total_steps_(total_steps), fd_(progress_fd), human_(human) {}
@@ -48,6 +76,7 @@ std::string Progress::StepJson(const StepResult& r) const {
       .Add("memory_fragmentation", r.memory_fragmentation)
       .Add("device_allocations", r.device_allocations)
       .Add("device", r.device);
+  if (r.has_block_costs) o.AddRaw("block_seconds", BlockSecondsJson(r.block_costs));
   return o.str();
 }
 

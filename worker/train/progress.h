@@ -11,6 +11,11 @@
 
 namespace loom::train {
 
+// The "block_seconds" object of a sampled step line: {"first_block":F,"forward":[...],
+// "backward":[...],"embedding":[f,b],"head":[f,b]} (the last two on the first and the last
+// pipeline stage only).
+std::string BlockSecondsJson(const BlockCosts& costs);
+
 class Progress {
  public:
   // progress_fd < 0: no progress fd. human: also print readable lines on stderr.

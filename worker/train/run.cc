@@ -347,6 +347,21 @@ int TrainOnCuda(const JobConfig& config, const BatchShape& shape, const RankEnv&
   return kExitOk;
 }
 
+// Test role only: TEST_ONLY_LOOM_SLOW_RANK=R:MS makes rank R sleep MS milliseconds at the start
+// of each micro-batch's forward (the doctor's straggler tests; docs/rank-contract.md). Returns
+// this rank's milliseconds (0 when unset or another rank). Malformed: exit 2 naming it.
+int TestSlowRankMs(const std::function<const char*(const char*)>& getenv, int rank) {
+  const char* v = getenv("TEST_ONLY_LOOM_SLOW_RANK");
+  if (v == nullptr || *v == '\0') return 0;
+  int r = -1, ms = -1;
+  char tail = 0;
+  if (std::sscanf(v, "%d:%d%c", &r, &ms, &tail) != 2 || r < 0 || ms < 0 || ms > 60000) {
+    throw BadInput("TEST_ONLY_LOOM_SLOW_RANK",
+                   std::string("\"") + v + "\" is not RANK:MS (MS in [0, 60000])");
+  }
+  return r == rank ? ms : 0;
+}
+
 int Run(const std::vector<std::string>& args, const std::function<const char*(const char*)>& getenv,
         const RunOptions& options) {
   Flags flags = ParseFlags(args);
@@ -400,6 +415,7 @@ int Run(const std::vector<std::string>& args, const std::function<const char*(co
       std::max<size_t>(sizeof(float), static_cast<size_t>(flags.dp_bucket_mb * 1048576.0));
   trainer_options.dp_overlap = flags.dp_overlap;
   trainer_options.stop_requested = options.stop_requested;
+  trainer_options.test_forward_sleep_ms = TestSlowRankMs(getenv, env.rank);
   TrainerComms comms{groups.world.get(), groups.dp.get(), groups.tp.get(), groups.pp.get(),
                      groups.emb.get()};
   Trainer trainer(config, shape, data, comms, trainer_options);

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "kernels/grad_norm.h"
 #include "worker/train/error.h"
@@ -140,6 +141,9 @@ double Trainer::RunSchedule(CommBytes* bytes) {
         act_sends_[slot]->Wait();
       }
       profiler_.Enter(Phase::kForward);
+      if (options_.test_forward_sleep_ms > 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(options_.test_forward_sleep_ms));
+      }
       const float loss = model_.ForwardMicro(slot, inputs_[slot].data(), input,
                                              last ? targets_[slot].data() : nullptr);
       if (last) loss_sum += loss;
@@ -200,6 +204,12 @@ void Trainer::WaitSends() {
 StepResult Trainer::Step() {
   const int B = shape_.B, T = shape_.T, K = shape_.K;
   StepResult r;
+  const bool sample = block_sample_every_ > 0 && (step_ + 1) % block_sample_every_ == 0;
+  if (sample) {
+    block_costs_.Reset(model_.shard().first_block,
+                       model_.shard().last_block - model_.shard().first_block);
+    model_.set_block_costs(&block_costs_);
+  }
   profiler_.BeginStep();
   model_.ZeroGrad();
   if (buckets_) buckets_->Begin(model_.grads());
@@ -292,6 +302,11 @@ StepResult Trainer::Step() {
   }
   ++step_;
   r.times = profiler_.EndStep(int64_t{B} * T * K);  // this rank's tokens, as before
+  if (sample) {
+    model_.set_block_costs(nullptr);
+    r.has_block_costs = true;
+    r.block_costs = block_costs_;
+  }
   r.step = step_;
   r.loss = loss;
   r.allreduce_bytes = r.comm.dp_all_reduce;

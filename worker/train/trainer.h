@@ -42,6 +42,7 @@
 #include "worker/train/parallel/grad_buckets.h"
 #include "worker/train/parallel/pipeline_schedule.h"
 #include "worker/train/parallel/zero_optimizer.h"
+#include "worker/train/profiler/block_costs.h"
 #include "worker/train/profiler/step_profiler.h"
 
 namespace loom::train {
@@ -92,6 +93,10 @@ struct StepResult {
   uint64_t device_allocations = 0;
   // Where the step ran: "cpu", or "cuda:N" for CUDA device N.
   std::string device = "cpu";
+  // Set on sampled steps (every kBlockSampleEvery-th, profiler/block_costs.h): the per-block
+  // forward and backward seconds of this rank's stage.
+  bool has_block_costs = false;
+  BlockCosts block_costs;
 };
 
 // The groups a trainer uses (not owned; they outlive the trainer). nullptr = a group of one.
@@ -111,6 +116,9 @@ struct TrainerOptions {
   // Read once at the end of each step (diag/stop_request.h): whether this rank was asked to stop.
   // Its OR over the world is StepResult::stop_requested. Unset: never.
   std::function<bool()> stop_requested;
+  // Test role only (TEST_ONLY_LOOM_SLOW_RANK, run.cc): milliseconds this rank sleeps at the
+  // start of each micro-batch's forward, to make it a straggler for the doctor's tests.
+  int test_forward_sleep_ms = 0;
 };
 
 class Trainer {
@@ -124,8 +132,9 @@ class Trainer {
   Trainer(const JobConfig& config, const BatchShape& shape, const Dataset& data,
           Communicator* dp = nullptr, size_t bucket_bytes = kDefaultBucketBytes);
 
-  // Runs one optimizer step (every rank of the world together). Throws InputError when the loss
-  // is not finite (diverged), CommError when a collective failed.
+  // Runs one optimizer step (every rank of the world together). Steps whose number (1-based)
+  // is a multiple of block_sample_every() also time each block (StepResult::block_costs). Throws
+  // InputError when the loss is not finite (diverged), CommError when a collective failed.
   StepResult Step();
 
   // Mean loss over the fixed validation batches (at most kMaxEvalBatches micro-batches), run
@@ -147,6 +156,9 @@ class Trainer {
   const GPT& model() const { return model_; }
   AdamW& optimizer() { return optimizer_; }
   const BatchShape& shape() const { return shape_; }
+  // 0 turns the per-block sampling off (the benchmark's baseline); default kBlockSampleEvery.
+  void set_block_sample_every(int64_t every) { block_sample_every_ = every; }
+  int64_t block_sample_every() const { return block_sample_every_; }
   size_t num_buckets() const { return buckets_ ? buckets_->num_buckets() : 0; }
   size_t bytes_allocated() const;
 
@@ -187,6 +199,8 @@ class Trainer {
   StepProfiler profiler_;
   MemoryMeter memory_;
   int64_t step_ = 0;  // completed optimizer steps
+  int64_t block_sample_every_ = kBlockSampleEvery;
+  BlockCosts block_costs_;  // filled by the model on sampled steps
 };
 
 }  // namespace loom::train

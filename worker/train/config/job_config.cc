@@ -123,9 +123,11 @@ JobConfig JobConfigFromValue(const Value& spec, const std::string& source) {
 
   r.ForEach(spec, "",
             {"name", "model", "data", "train", "resources", "parallelism", "checkpoint", "restart",
-             "priority", "env"},
+             "priority", "env", "rebalance"},
             [&](const std::string& key, const Value& v, const std::string& field) {
-              if (key == "name") {
+              if (key == "rebalance") {
+                // loomd's doctor acts on it (it changes LOOM_LAYOUT); nothing for the rank.
+              } else if (key == "name") {
                 c.name = r.String(v, field);
               } else if (key == "priority") {
                 if (v.kind != Value::Kind::kNull) c.priority = r.Int32(v, field);

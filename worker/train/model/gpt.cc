@@ -167,10 +167,15 @@ float GPT::ForwardMicro(int slot, const int* tokens, const float* input, const i
     if (last && targets) LOOM_CHECK(targets[i] >= 0 && targets[i] < V, "target id out of [0, V)");
   }
   const Activations& a = acts_[slot];
+  Lap lap;  // read only when costs_ is set
   if (first) {
     std::copy(tokens, tokens + N, inputs_.begin() + static_cast<size_t>(slot) * N);
     ParamTensors p = ViewParams(params_.data(), table_);
     k::encoder_forward(a.encoded, tokens, p.wte, p.wpe, B, T, C);  // (B, T, C)
+    if (costs_) {
+      costs_->has_embedding = true;
+      costs_->embedding_forward += lap();
+    }
   } else {
     std::memcpy(a.encoded, input, NC * sizeof(float));
   }
@@ -180,17 +185,26 @@ float GPT::ForwardMicro(int slot, const int* tokens, const float* input, const i
   have_targets_[slot] = with_targets;
   last_forward_slot_ = slot;
 
-  for (int l = 0; l < blocks_; ++l) BlockForward(l, a, B, T);
+  if (costs_) lap();  // the copies above are nobody's cost
+  for (int l = 0; l < blocks_; ++l) {
+    BlockForward(l, a, B, T);
+    if (costs_) costs_->forward[static_cast<size_t>(l)] += lap();
+  }
   if (!last) return 0.0f;
 
   ParamTensors p = ViewParams(params_.data(), table_);
   k::layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, Output(slot), p.lnfw, p.lnfb, N, C);
   k::matmul_forward(a.logits, a.lnf, p.wte, nullptr, N, C, V);  // (N, V), tied embedding
-  if (!with_targets) return 0.0f;
-  k::softmax_crossentropy_forward(a.losses, a.probs, a.logits, targets, N, V);
   double sum = 0.0;  // in double so the mean does not depend on N's rounding
-  for (int i = 0; i < N; ++i) sum += a.losses[i];
-  return static_cast<float>(sum / N);
+  if (with_targets) {
+    k::softmax_crossentropy_forward(a.losses, a.probs, a.logits, targets, N, V);
+    for (int i = 0; i < N; ++i) sum += a.losses[i];
+  }
+  if (costs_) {
+    costs_->has_head = true;
+    costs_->head_forward += lap();
+  }
+  return with_targets ? static_cast<float>(sum / N) : 0.0f;
 }
 
 const float* GPT::Output(int slot) const {
@@ -233,6 +247,7 @@ void GPT::BackwardMicro(int slot, float loss_scale, const float* doutput,
   // The backward kernels accumulate, so every scratch buffer is zeroed before it is written.
   auto zero = [](float* buf, size_t n) { std::memset(buf, 0, n * sizeof(float)); };
 
+  Lap lap;  // read only when costs_ is set
   if (last_stage()) {
     LOOM_CHECK(have_targets_[slot], "Backward needs a Forward with targets first");
     // Loss = loss_scale * mean over N positions: each position's loss has weight loss_scale/N.
@@ -245,6 +260,10 @@ void GPT::BackwardMicro(int slot, float loss_scale, const float* doutput,
     zero(s.dresidual, NC);
     k::layernorm_backward(s.dresidual, g.lnfw, g.lnfb, s.dln, Output(slot), p.lnfw, a.lnf_mean,
                           a.lnf_rstd, N, C);
+    if (costs_) {
+      costs_->has_head = true;
+      costs_->head_backward += lap();
+    }
     if (ready) ready(dims_.layers);
   } else {
     LOOM_CHECK(doutput != nullptr, "a stage before the last needs d(output) from the next one");
@@ -252,14 +271,21 @@ void GPT::BackwardMicro(int slot, float loss_scale, const float* doutput,
   }
   // Down the blocks; dresidual carries d(residual stream) from block to block.
   for (int l = blocks_ - 1; l >= 0; --l) {
+    if (costs_) lap();  // a bucket launched by `ready` is communication, not this block's cost
     BlockBackward(l, a, B, T);
+    if (costs_) costs_->backward[static_cast<size_t>(l)] += lap();
     if (ready) ready(shard_.first_block + l);
   }
   // dresidual now holds d(stage input): InputGrad() on later stages, the encoder's gradient on
   // the first.
   if (first_stage()) {
     const int* tokens = inputs_.data() + static_cast<size_t>(slot) * N;
+    if (costs_) lap();
     k::encoder_backward(g.wte, g.wpe, s.dresidual, tokens, B, T, C);
+    if (costs_) {
+      costs_->has_embedding = true;
+      costs_->embedding_backward += lap();
+    }
     if (ready) ready(-1);
   }
 }

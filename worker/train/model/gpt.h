@@ -20,6 +20,7 @@
 
 #include "worker/train/model/dims.h"
 #include "worker/train/model/params.h"
+#include "worker/train/profiler/block_costs.h"
 
 namespace loom::train {
 
@@ -148,6 +149,11 @@ class GPT {
   int batch() const { return B_; }
   int seq_len() const { return T_; }
 
+  // Per-block timing (profiler/block_costs.h): while `costs` is set (not owned, outlives the
+  // calls), ForwardMicro and BackwardMicro add the wall seconds of the embedding, each block and
+  // the head + loss to it; nullptr (the default) times nothing. The caller Resets it per step.
+  void set_block_costs(BlockCosts* costs) { costs_ = costs; }
+
   // Bytes this model has allocated: parameters, gradients, activations (every slot), backward
   // scratch and the token copies; a few bytes of bookkeeping are left out.
   size_t bytes_allocated() const;
@@ -183,6 +189,7 @@ class GPT {
   std::vector<int> targets_;  // (slots, B, T) (last stage)
   std::vector<bool> have_targets_;  // (slots)
   int last_forward_slot_ = 0;       // whose logits logits() returns
+  BlockCosts* costs_ = nullptr;     // set on sampled steps only
 };
 
 }  // namespace loom::train
