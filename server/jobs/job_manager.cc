@@ -705,6 +705,14 @@ void JobManager::RequeueGangLocked(ActiveJob& active, const std::string& what, a
   const std::string name = active.job.name();
   const std::vector<std::string> nodes = PlacementNodes(active.job);
   const int64_t generation = active.job.generation();
+  std::set<std::pair<std::string, int>> leaving;
+  if (checkpoint) {
+    for (const v1::Placement& p : active.job.placements()) {
+      for (int rank : p.ranks()) {
+        if (!active.succeeded_ranks.contains(rank)) leaving.insert({p.node(), rank});
+      }
+    }
+  }
   v1::Job updated = active.job;
   updated.clear_placements();
   absl::Status status = TransitionLocked(
@@ -716,8 +724,26 @@ void JobManager::RequeueGangLocked(ActiveJob& active, const std::string& what, a
   }
   active.restart_at = clock_->Now() + delay;
   active.ready_since = active.restart_at;
+  active.leaving_generation = generation;
+  active.leaving_ranks = std::move(leaving);
   LOOM_LOG(INFO) << name << " generation " << generation << " re-queued: " << what;
   SendCancelLocked(nodes, name, generation, absl::StrCat("gang moved: ", what), checkpoint);
+}
+
+void JobManager::NoteLeavingExitLocked(const std::string& node, const v1::RankStatus& status) {
+  auto it = active_.find(status.job());
+  if (it == active_.end()) return;
+  ActiveJob& active = *it->second;
+  if (active.leaving_ranks.empty() || active.leaving_generation != status.generation()) return;
+  active.leaving_ranks.erase({node, status.rank()});
+  if (!active.leaving_ranks.empty()) return;
+  const absl::Time now = clock_->Now();
+  if (active.job.state() != v1::RESTARTING || active.restart_at <= now) return;
+  LOOM_LOG(INFO) << status.job() << " generation " << status.generation()
+                 << ": every rank has exited; placing it again now";
+  active.restart_at = now;
+  active.ready_since = now;
+  ScheduleLocked();
 }
 
 }  // namespace loom::jobs

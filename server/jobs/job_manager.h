@@ -253,8 +253,14 @@ class JobManager {
     v1::DeviceKind kind = v1::DEVICE_KIND_CPU;
     int world_size = 1;
     int tensor = 1;
-    absl::Time ready_since;      // when the job last became eligible for scheduling
-    absl::Time restart_at;       // RESTARTING: the end of the backoff
+    absl::Time ready_since;  // when the job last became eligible for scheduling
+    absl::Time restart_at;   // RESTARTING: the end of the backoff
+    // A gang re-queued with its work kept (RequeueGangLocked with `checkpoint`): the (node, rank)
+    // of generation `leaving_generation` that have not reported their exit yet. Once they all
+    // have, the job is placed again without waiting for the rest of its delay (restart_at stays
+    // the cap, for ranks on a node that is gone).
+    int64_t leaving_generation = 0;
+    std::set<std::pair<std::string, int>> leaving_ranks;
     std::string waiting_reason;  // QUEUED: the scheduler's last word (memory only)
     // The current generation's gang, as reported by the workers.
     std::set<int> running_ranks;
@@ -358,6 +364,10 @@ class JobManager {
   // mu_.
   void RequeueGangLocked(ActiveJob& active, const std::string& what, absl::Duration delay,
                          bool checkpoint = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An exit reported by `node`: when it is the last rank of a gang re-queued with its work kept,
+  // the job becomes ready to be placed now. Requires mu_.
+  void NoteLeavingExitLocked(const std::string& node, const v1::RankStatus& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends CancelAssignment for (job, generation) to each node named. Requires mu_.
   void SendCancelLocked(const std::vector<std::string>& node_names, const std::string& job,
                         int64_t generation, const std::string& reason, bool checkpoint = false)

@@ -173,7 +173,9 @@ bool JobManager::RebalanceLocked(ActiveJob& active, const doctor::Diagnosis& dia
   auto apply = [&](const std::vector<int>& split, const std::string& what) {
     v1::Layout previous = active.job.layout();
     active.job.mutable_layout()->mutable_blocks_per_stage()->Assign(split.begin(), split.end());
-    RequeueGangLocked(active, what, absl::ZeroDuration());
+    // The gang saves at a step its ranks agree on before it stops (nothing since the last
+    // periodic checkpoint is lost) and is placed again once every rank has exited.
+    RequeueGangLocked(active, what, options_.drain_requeue_delay, /*checkpoint=*/true);
     if (active.job.state() != v1::RESTARTING) *active.job.mutable_layout() = previous;  // refused
   };
   if (rb.measuring) {

@@ -248,6 +248,7 @@ void JobManager::MaybeMarkRunningLocked(ActiveJob& active) {
 
 void JobManager::HandleRankStatusLocked(const std::string& node, const v1::RankStatus& status) {
   const bool exited = status.phase() == v1::RANK_PHASE_EXITED;
+  if (exited) NoteLeavingExitLocked(node, status);
   ActiveJob* active = CurrentGangLocked(node, status.job(), status.generation(), exited);
   if (active == nullptr) return;
   if (!RankPlacedOn(active->job, node, status.rank())) {

@@ -26,6 +26,7 @@ using ::loom::testing::CpuNode;
 using ::loom::testing::CpuSpec;
 using ::loom::testing::CreateRequest;
 using ::loom::testing::FakeSink;
+using ::loom::testing::RankExit;
 using ::loom::testing::RankPhase;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -262,6 +263,13 @@ class RebalanceTest : public JobManagerDoctorTest {
       manager_->Tick();
     }
   }
+  // The gang of `generation` was asked to checkpoint and stop (a re-split): its ranks report
+  // their exits, and the job is placed again at once.
+  void Exited(const std::string& job, int64_t generation) {
+    for (int r = 0; r < 2; ++r) {
+      Send(RankExit(job, generation, r, v1::EXIT_CLASS_STOPPED, "stopped: exit code 75"));
+    }
+  }
   std::vector<std::string> Reasons(const std::string& job) {
     std::vector<std::string> out;
     const v1::Job got = manager_->GetJob(job).value();
@@ -280,7 +288,10 @@ TEST_F(RebalanceTest, AutoReSplitsVerifiesAndKeepsAChangeThatPays) {
   const std::string job = RunningPipeline();
   int64_t step = 1;
   PipelineSteps(job, 1, &step, 2 + 4 + 4 + 4, 0.021, 0.05, {2, 2});
-  // Re-queued with no delay, so placed again by the same tick: generation 2, the new split.
+  // Re-queued with its work kept: the ranks save and exit, then it is placed again at once:
+  // generation 2, the new split.
+  EXPECT_EQ(manager_->GetJob(job).value().state(), v1::RESTARTING);
+  Exited(job, 1);
   v1::Job moved = manager_->GetJob(job).value();
   EXPECT_EQ(moved.state(), v1::SCHEDULED);
   EXPECT_EQ(moved.generation(), 2);
@@ -315,12 +326,14 @@ TEST_F(RebalanceTest, AChangeThatDoesNotPayIsRolledBackAndNotTriedAgain) {
   const std::string job = RunningPipeline();
   int64_t step = 1;
   PipelineSteps(job, 1, &step, 2 + 4 + 4 + 4, 0.021, 0.05, {2, 2});
+  Exited(job, 1);
   ASSERT_EQ(manager_->GetJob(job).value().generation(), 2);
   sink_->TakeAssignments();
   Start(job, 2);
   step = 5;
   PipelineSteps(job, 2, &step, 2 + 4 * 4, 0.05, 0.05, {3, 1});  // no better
   EXPECT_TRUE(Has(Reasons(job), "it does not pay: rolling back"));
+  Exited(job, 2);
   v1::Job back = manager_->GetJob(job).value();
   EXPECT_EQ(back.generation(), 3);
   EXPECT_EQ(std::vector<int>(back.layout().blocks_per_stage().begin(),

@@ -27,6 +27,7 @@ using ::loom::testing::CpuNode;
 using ::loom::testing::CpuSpec;
 using ::loom::testing::CreateRequest;
 using ::loom::testing::FakeSink;
+using ::loom::testing::RankExit;
 using ::loom::testing::RankPhase;
 using ::loom::testing::Step;
 using ::testing::HasSubstr;
@@ -342,6 +343,38 @@ TEST_F(ReliabilityTest, AStoppingWorkerDrainsAndItsGangIsRequeuedFree) {
   // Registering again (the worker restarted) ends the worker's own drain.
   ASSERT_TRUE(Reregister("a", 1));
   EXPECT_FALSE(NodeNamed("nodes/a").draining());
+}
+
+// The gang moved off a draining node is asked to keep its work (CancelAssignment.checkpoint:
+// its ranks save, then exit) and is placed again as soon as every rank has reported its exit,
+// not only at the end of the drain delay (the cap, for ranks that never report).
+TEST_F(ReliabilityTest, AMovedGangIsAskedToCheckpointAndPlacedOnceItsRanksExited) {
+  auto a = Connect("a", 1);
+  const std::string name = RunningJob("a");
+  auto b = Connect("b", 2);
+  a->Take();
+  v1::WorkerMessage draining;
+  draining.mutable_draining()->set_reason("stopping on SIGTERM");
+  Send("a", draining);
+  std::vector<v1::CancelAssignment> cancels = Cancels(a->Take());
+  ASSERT_EQ(cancels.size(), 1u);
+  EXPECT_TRUE(cancels[0].checkpoint()) << "a drain keeps the work";
+  Tick(absl::Seconds(1));
+  EXPECT_EQ(Get(name).state(), v1::RESTARTING) << "its rank has not exited yet";
+  v1::WorkerMessage exited = RankExit(name, 1, 0, v1::EXIT_CLASS_STOPPED, "stopped: exit code 75");
+  Send("a", exited);
+  v1::Job job = Get(name);
+  EXPECT_EQ(job.state(), v1::SCHEDULED) << "placed once every rank exited, 4 s before the cap";
+  ASSERT_EQ(job.placements_size(), 1);
+  EXPECT_EQ(job.placements(0).node(), "nodes/b");
+  EXPECT_EQ(job.restart_count(), 0);
+
+  // A cancel by the user stops at once, without a checkpoint.
+  b->Take();
+  ASSERT_TRUE(manager_->CancelJob(name).ok());
+  cancels = Cancels(b->Take());
+  ASSERT_EQ(cancels.size(), 1u);
+  EXPECT_FALSE(cancels[0].checkpoint());
 }
 
 TEST_F(ReliabilityTest, AnOperatorDrainKeepsNewWorkOffAndSurvivesReRegistration) {
