@@ -119,7 +119,8 @@ std::optional<MeasuredCosts> MeasuredBlockCosts(const TelemetryWindow& w, int la
   for (const auto& [rank, rw] : w.ranks()) {
     for (const BlockSample& b : rw.blocks) {
       for (size_t i = 0; i < b.seconds.size(); ++i) {
-        const int j = b.first_block + static_cast<int>(i);
+        // In 64 bits: first_block comes from a node's message and may be anything.
+        const int64_t j = int64_t{b.first_block} + static_cast<int64_t>(i);
         if (j >= 0 && j < layers) per_block[static_cast<size_t>(j)].push_back(b.seconds[i]);
       }
       if (b.has_embedding) emb.push_back(b.embedding);
