@@ -27,6 +27,7 @@ namespace loom::jobs {
 
 namespace {
 
+using internal::FromProto;
 using internal::IsGangState;
 using internal::PlacementNodes;
 
@@ -130,6 +131,8 @@ absl::Status JobManager::Restore() {
     auto active = std::make_unique<ActiveJob>();
     active->sequence = stored.sequence;
     active->job = std::move(stored.job);
+    active->goodput = doctor::GoodputLedger(FromProto(active->job.create_time()),
+                                            active->job.goodput(), active->job.state(), now);
     std::tie(active->kind, active->world_size) = Demand(active->job.spec());
     active->tensor = PlacementGroup(active->job.spec(), active->job.layout());
     active->ready_since = now;
@@ -165,7 +168,15 @@ absl::Status JobManager::Restore() {
 
 absl::Status JobManager::CommitLocked(ActiveJob& active, v1::Job updated,
                                       const std::optional<v1::JobEvent>& event) {
+  const absl::Time now = clock_->Now();
+  doctor::GoodputLedger goodput = active.goodput;
+  if (updated.state() != active.job.state()) {
+    goodput.EnterState(updated.state(), active.requeue_cause, now);
+  }
+  *updated.mutable_goodput() = goodput.Snapshot(now);
   RETURN_IF_ERROR(store_->UpdateJob(updated, event));
+  active.goodput = std::move(goodput);
+  if (updated.state() != active.job.state()) active.requeue_cause = doctor::WaitCause::kRestart;
   const std::string name = updated.name();
   const v1::JobState old_state = active.job.state();
   const v1::JobState new_state = updated.state();
@@ -290,6 +301,7 @@ absl::StatusOr<v1::Job> JobManager::CreateJob(const v1::CreateJobRequest& reques
   auto active = std::make_unique<ActiveJob>();
   active->sequence = *sequence;
   active->job = job;
+  active->goodput = doctor::GoodputLedger(now, v1::Goodput(), v1::QUEUED, now);
   std::tie(active->kind, active->world_size) = Demand(job.spec());
   active->tensor = PlacementGroup(job.spec(), job.layout());
   active->ready_since = now;

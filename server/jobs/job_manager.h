@@ -53,6 +53,7 @@
 #include "server/auth/principal.h"
 #include "server/calibration/calibrator.h"
 #include "server/doctor/finding_tracker.h"
+#include "server/doctor/goodput.h"
 #include "server/doctor/rules.h"
 #include "server/doctor/telemetry_window.h"
 #include "server/jobs/job_state_machine.h"
@@ -302,6 +303,11 @@ class JobManager {
     // The doctor (memory only; reset at each launch): every rank's recent steps and block
     // costs, the findings' persistence, rank 0's step at the last window, the last report.
     doctor::TelemetryWindow doctor_window;
+    // Goodput (server/doctor/goodput.h): fed by every commit and rank 0's reports; its snapshot
+    // is written into job.goodput with each commit. `requeue_cause` says why the next
+    // RESTARTING waits (the doctor sets kRebalance just before its re-queue).
+    doctor::GoodputLedger goodput;
+    doctor::WaitCause requeue_cause = doctor::WaitCause::kRestart;
     doctor::TrackerState doctor_state;
     int64_t doctor_step = -1;
     v1::JobReport doctor_report;

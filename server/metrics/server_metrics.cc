@@ -113,6 +113,7 @@ void ServerMetrics::Collect() {
   CollectJobStepTimes(snapshot.job_step_seconds, exported);
   CollectRanks(snapshot.ranks, exported);
   CollectDoctor(snapshot.doctor, exported);
+  CollectGoodput(snapshot.goodput, exported);
   absl::MutexLock lock(&mu_);
   for (const auto& [name, labels] : job_series_) {
     if (!exported.contains({name, labels})) registry_->RemoveSeries(name, labels);
@@ -175,6 +176,32 @@ void ServerMetrics::CollectDoctor(const std::map<std::string, JobDoctorTelemetry
                      labels)
           .Set(score);
       exported.insert({kStraggler, labels});
+    }
+  }
+}
+
+void ServerMetrics::CollectGoodput(const std::map<std::string, JobGoodput>& jobs,
+                                   std::set<std::pair<std::string, metrics::Labels>>& exported) {
+  constexpr char kRatio[] = "loom_job_goodput_ratio";
+  constexpr char kLost[] = "loom_job_lost_seconds";
+  for (const auto& [job, goodput] : jobs) {
+    const metrics::Labels labels = {{"job", job}};
+    registry_
+        ->GetGauge(kRatio,
+                   "Productive training seconds (steps kept) over the wall seconds since the job "
+                   "was submitted.",
+                   labels)
+        .Set(goodput.ratio);
+    exported.insert({kRatio, labels});
+    for (const auto& [reason, seconds] : goodput.lost_seconds) {
+      const metrics::Labels l = {{"job", job}, {"reason", reason}};
+      registry_
+          ->GetGauge(kLost,
+                     "Wall seconds of the job not spent in kept training steps, by reason "
+                     "(queued, starting, checkpointing, restarts, rebalancing, other).",
+                     l)
+          .Set(seconds);
+      exported.insert({kLost, l});
     }
   }
 }

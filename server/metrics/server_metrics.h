@@ -129,6 +129,14 @@ struct JobDoctorTelemetry {
   std::map<int, double> straggler_scores;  // by rank
 };
 
+// Where a job's time went (v1::Goodput), for loom_job_goodput_ratio and
+// loom_job_lost_seconds{reason}.
+struct JobGoodput {
+  double ratio = 0;
+  // reason ("queued", "starting", "checkpointing", "restarts", "rebalancing", "other") -> seconds
+  std::map<std::string, double> lost_seconds;
+};
+
 // What the gauges show, taken from the job manager at scrape time.
 struct Snapshot {
   std::map<v1::JobState, int> jobs;  // every state, including terminal ones
@@ -143,6 +151,8 @@ struct Snapshot {
   std::map<std::string, std::map<int, RankTelemetry>> ranks;
   // job id -> the doctor's latest report, for the active jobs it has judged.
   std::map<std::string, JobDoctorTelemetry> doctor;
+  // job id -> its goodput, for every active job.
+  std::map<std::string, JobGoodput> goodput;
 };
 
 class ServerMetrics {
@@ -175,6 +185,9 @@ class ServerMetrics {
   // Sets the doctor's per-job and per-rank gauges and adds those series to `exported`.
   void CollectDoctor(const std::map<std::string, JobDoctorTelemetry>& jobs,
                      std::set<std::pair<std::string, metrics::Labels>>& exported);
+  // Sets the goodput gauges of `jobs` and adds those series to `exported`.
+  void CollectGoodput(const std::map<std::string, JobGoodput>& jobs,
+                      std::set<std::pair<std::string, metrics::Labels>>& exported);
   // Sets the memory gauges of one rank (`labels`: job, rank) and adds them to `exported`.
   void CollectRankMemory(const metrics::Labels& labels, const RankMemory& memory,
                          std::set<std::pair<std::string, metrics::Labels>>& exported);
