@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -28,45 +29,65 @@ void AddEvidence(v1::Finding* f, const std::string& name, double value, const st
 absl::Status MeasurePoint(const doctor::TelemetryWindow& window, int world_size,
                           int64_t warmup_steps, v1::ScalePoint* point) {
   point->clear_ranks();
-  int min_steps = 0;
-  double rank0_step = 0;
-  for (int rank = 0; rank < world_size; ++rank) {
-    const auto it = window.ranks().find(rank);
-    std::vector<double> step, fwd, bwd, opt, data, comm, bubble;
-    if (it != window.ranks().end()) {
-      for (const doctor::RankStep& s : it->second.steps) {
-        if (s.step <= warmup_steps || !s.has_phases) continue;
-        step.push_back(s.step_seconds);
-        fwd.push_back(s.forward);
-        bwd.push_back(s.backward);
-        opt.push_back(s.optimizer);
-        data.push_back(s.data);
-        comm.push_back(s.comm_exposed);
-        bubble.push_back(s.bubble);
+  auto measured = [&](const doctor::RankStep& s) { return s.step > warmup_steps && s.has_phases; };
+  // The steps kept, by rank 0's step time: an outlier step (a hiccup of the host) is dropped for
+  // every rank, so that the ranks' means stay over the same steps.
+  std::set<int64_t> kept;
+  {
+    const auto rank0 = window.ranks().find(0);
+    std::vector<double> times;
+    if (rank0 != window.ranks().end()) {
+      for (const doctor::RankStep& s : rank0->second.steps) {
+        if (measured(s)) times.push_back(s.step_seconds);
       }
     }
-    if (step.empty()) {
+    const double median = doctor::Median(times);
+    const double limit = median + std::max(kOutlierMads * doctor::Mad(times), 0.05 * median);
+    if (rank0 != window.ranks().end()) {
+      for (const doctor::RankStep& s : rank0->second.steps) {
+        if (measured(s) && s.step_seconds <= limit) kept.insert(s.step);
+      }
+    }
+  }
+  int min_steps = 0;
+  for (int rank = 0; rank < world_size; ++rank) {
+    const auto it = window.ranks().find(rank);
+    double n = 0;
+    v1::ScaleRankPhases sum;
+    if (it != window.ranks().end()) {
+      for (const doctor::RankStep& s : it->second.steps) {
+        if (!measured(s) || !kept.contains(s.step)) continue;
+        ++n;
+        sum.set_step_seconds(sum.step_seconds() + s.step_seconds);
+        sum.set_forward(sum.forward() + s.forward);
+        sum.set_backward(sum.backward() + s.backward);
+        sum.set_optimizer(sum.optimizer() + s.optimizer);
+        sum.set_data(sum.data() + s.data);
+        sum.set_comm_exposed(sum.comm_exposed() + s.comm_exposed);
+        sum.set_bubble(sum.bubble() + s.bubble);
+      }
+    }
+    if (n == 0) {
       return absl::FailedPreconditionError(
           absl::StrCat("at ", point->devices(), " devices rank ", rank,
                        " reported no step with phases after the ", warmup_steps,
                        " warm-up steps; raise --steps (the copy must run past its warm-up)"));
     }
-    const int n = static_cast<int>(step.size());
-    min_steps = rank == 0 ? n : std::min(min_steps, n);
+    min_steps = rank == 0 ? static_cast<int>(n) : std::min(min_steps, static_cast<int>(n));
     v1::ScaleRankPhases* r = point->add_ranks();
     r->set_rank(rank);
-    r->set_step_seconds(doctor::Median(step));
-    r->set_forward(doctor::Median(fwd));
-    r->set_backward(doctor::Median(bwd));
-    r->set_optimizer(doctor::Median(opt));
-    r->set_data(doctor::Median(data));
-    r->set_comm_exposed(doctor::Median(comm));
-    r->set_bubble(doctor::Median(bubble));
-    if (rank == 0) rank0_step = r->step_seconds();
+    r->set_step_seconds(sum.step_seconds() / n);
+    r->set_forward(sum.forward() / n);
+    r->set_backward(sum.backward() / n);
+    r->set_optimizer(sum.optimizer() / n);
+    r->set_data(sum.data() / n);
+    r->set_comm_exposed(sum.comm_exposed() / n);
+    r->set_bubble(sum.bubble() / n);
   }
+  const double step = point->ranks(0).step_seconds();
   point->set_measured_steps(min_steps);
-  point->set_step_seconds(rank0_step);
-  point->set_tokens_per_second(rank0_step > 0 ? point->global_batch_tokens() / rank0_step : 0);
+  point->set_step_seconds(step);
+  point->set_tokens_per_second(step > 0 ? point->global_batch_tokens() / step : 0);
   point->set_measured(true);
   return absl::OkStatus();
 }
@@ -95,20 +116,22 @@ void Attribute(v1::ScaleTest* sweep) {
     p.set_ideal_step_seconds(ideal);
     p.set_efficiency(ideal / p.step_seconds());
 
-    std::vector<double> comm, bubble;
-    double busy_sum = 0, busy_max = 0;
+    // The critical path: the rank with the most work of its own. Every other rank waits for it
+    // inside its exposed communication (data parallel) or its bubble (pipeline); that wait is
+    // the imbalance bucket, so only the critical rank's own comm and bubble are counted.
+    const v1::ScaleRankPhases* critical = &p.ranks(0);
+    double busy_sum = 0;
     for (const v1::ScaleRankPhases& r : p.ranks()) {
-      comm.push_back(r.comm_exposed());
-      bubble.push_back(r.bubble());
       busy_sum += Busy(r);
-      busy_max = std::max(busy_max, Busy(r));
+      if (Busy(r) > Busy(*critical)) critical = &r;
     }
     const double busy_mean = busy_sum / p.ranks_size();
     v1::ScalingLoss* loss = p.mutable_loss();
     loss->set_lost_seconds(p.step_seconds() - ideal);
-    loss->set_comm_exposed(doctor::Median(comm));
-    loss->set_bubble(doctor::Median(bubble));
-    loss->set_imbalance(busy_max - busy_mean);
+    loss->set_critical_rank(critical->rank());
+    loss->set_comm_exposed(critical->comm_exposed());
+    loss->set_bubble(critical->bubble());
+    loss->set_imbalance(Busy(*critical) - busy_mean);
     loss->set_rest(busy_mean - first_busy * work);
     loss->set_unexplained(loss->lost_seconds() - Explained(*loss));
   }

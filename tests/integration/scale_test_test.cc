@@ -57,7 +57,7 @@ TEST(ScaleTestIntegration, SweepOverOneTwoFourCpuDevices) {
 
   const std::string plot = cluster.dir() + "/scaling.svg";
   const CommandResult run = cluster.Loomctl(
-      {"scale-test", "-f", spec, "--devices", "1,2,4", "--steps", "12", "--plot", plot},
+      {"scale-test", "-f", spec, "--devices", "1,2,4", "--steps", "16", "--plot", plot},
       absl::Seconds(120));
   ASSERT_EQ(run.exit_code, 0) << run.Describe() << cluster.LogTails();
   EXPECT_THAT(run.out, HasSubstr("SCALE_TEST_SUCCEEDED"));
@@ -107,7 +107,7 @@ TEST(ScaleTestIntegration, SweepOverOneTwoFourCpuDevices) {
   }
 
   // The plot is well-formed SVG with one point per size.
-  const CommandResult xml = RunCommand({"python3", "-c",
+  const CommandResult xml = RunCommand({"/usr/bin/python3", "-c",
                                         "import sys, xml.dom.minidom\n"
                                         "d = xml.dom.minidom.parse(sys.argv[1])\n"
                                         "assert d.documentElement.tagName == 'svg'\n"
@@ -122,7 +122,7 @@ TEST(ScaleTestIntegration, SweepOverOneTwoFourCpuDevices) {
       nlohmann::json::parse(ReadAll(cluster.dir() + "/loomd-1.ready"), nullptr, false);
   ASSERT_FALSE(ready.is_discarded());
   const CommandResult metrics = RunCommand(
-      {"python3", "-c",
+      {"/usr/bin/python3", "-c",
        "import sys, urllib.request\n"
        "print(urllib.request.urlopen('http://' + sys.argv[1] + '/metrics').read().decode())\n",
        ready.value("metrics", "")},

@@ -54,8 +54,9 @@ v1::ScalePoint Measured(int devices, int64_t tokens, const std::vector<Phases>& 
 }
 
 // 1 device: 1.0 s of compute. 2 devices: half the compute each plus 0.2 s exposed comm (0.71,
-// above the threshold). 4 devices: a quarter each but one rank slower (imbalance), a little
-// compute inflation, 0.1 s comm, and 0.05 s nothing measured explains.
+// above the threshold). 4 devices: a quarter each but rank 3 slower (imbalance), a little
+// compute inflation, 0.1 s comm on rank 3 while the others also wait 0.075 s for it inside
+// theirs, and 0.05 s nothing measured explains.
 v1::ScaleTest StrongSweep() {
   v1::ScaleTest t;
   t.mutable_spec()->set_name("demo");
@@ -63,9 +64,9 @@ v1::ScaleTest StrongSweep() {
   *t.add_points() =
       Measured(2, 4096, {{0.7, 0.15, 0.3, 0.05, 0.2, 0}, {0.7, 0.15, 0.3, 0.05, 0.2, 0}});
   *t.add_points() = Measured(4, 4096,
-                             {{0.5, 0.075, 0.15, 0.025, 0.1, 0},
-                              {0.5, 0.075, 0.15, 0.025, 0.1, 0},
-                              {0.5, 0.075, 0.15, 0.025, 0.1, 0},
+                             {{0.5, 0.075, 0.15, 0.025, 0.175, 0},
+                              {0.5, 0.075, 0.15, 0.025, 0.175, 0},
+                              {0.5, 0.075, 0.15, 0.025, 0.175, 0},
                               {0.5, 0.105, 0.21, 0.035, 0.1, 0}});
   return t;
 }
@@ -80,6 +81,30 @@ TEST(MeasurePoint, MediansAfterWarmupPerRank) {
   ASSERT_EQ(p.ranks_size(), 2);
   EXPECT_DOUBLE_EQ(p.ranks(1).comm_exposed(), 0.2);
   EXPECT_DOUBLE_EQ(p.ranks(1).bubble(), 0.05);
+}
+
+TEST(MeasurePoint, AnOutlierStepIsDroppedForEveryRankAndPhasesAddUp) {
+  doctor::TelemetryWindow w =
+      Window({{0.5, 0.1, 0.2, 0.05, 0.15, 0}, {0.5, 0.1, 0.3, 0.05, 0.05, 0}}, 12, 4);
+  for (int rank = 0; rank < 2; ++rank) {
+    v1::StepReport r;
+    r.set_rank(rank);
+    r.set_step(13);
+    r.set_step_seconds(5.0);  // a hiccup of the host on rank 0's clock
+    (*r.mutable_phase_seconds())["forward"] = 5.0;
+    w.Add(r);
+  }
+  v1::ScalePoint p;
+  p.set_devices(2);
+  p.set_global_batch_tokens(1000);
+  ASSERT_TRUE(MeasurePoint(w, 2, 4, &p).ok());
+  EXPECT_EQ(p.measured_steps(), 8);
+  EXPECT_NEAR(p.step_seconds(), 0.5, 1e-12);
+  for (const v1::ScaleRankPhases& r : p.ranks()) {
+    EXPECT_NEAR(
+        r.forward() + r.backward() + r.optimizer() + r.data() + r.comm_exposed() + r.bubble(),
+        r.step_seconds(), 1e-12);
+  }
 }
 
 TEST(MeasurePoint, ARankWithoutStepsFailsNamingTheSize) {
@@ -119,6 +144,8 @@ TEST(Attribute, StrongScalingEfficiencyAndMeasuredBuckets) {
   EXPECT_DOUBLE_EQ(four.ideal_step_seconds(), 0.25);
   EXPECT_NEAR(four.efficiency(), 0.5, 1e-12);
   EXPECT_NEAR(four.loss().lost_seconds(), 0.25, 1e-12);
+  // The critical rank's comm: the others' contains their wait for it (the imbalance).
+  EXPECT_EQ(four.loss().critical_rank(), 3);
   EXPECT_NEAR(four.loss().comm_exposed(), 0.1, 1e-12);
   EXPECT_NEAR(four.loss().imbalance(), 0.35 - 0.275, 1e-12);  // slowest busy - mean busy
   EXPECT_NEAR(four.loss().rest(), 0.275 - 0.25, 1e-12);       // mean busy - ideal busy
