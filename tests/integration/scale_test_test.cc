@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -143,6 +144,87 @@ TEST(ScaleTestIntegration, SweepOverOneTwoFourCpuDevices) {
   v1::ScaleTest cancelled;
   EXPECT_EQ(stub->CancelScaleTest(&cancel_context, cancel, &cancelled).error_code(),
             grpc::StatusCode::FAILED_PRECONDITION);
+  cluster.Shutdown(/*keep_dir=*/HasFailure());
+}
+
+// Polls GetScaleTest until `done` holds (returned) or 60 s pass (the last one seen).
+v1::ScaleTest WaitFor(Cluster& cluster, const std::string& name,
+                      const std::function<bool(const v1::ScaleTest&)>& done) {
+  v1::ScaleTest test;
+  const absl::Time end = absl::Now() + absl::Seconds(60);
+  while (absl::Now() < end) {
+    auto stub = v1::ScalingService::NewStub(cluster.channel());
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    v1::GetScaleTestRequest get;
+    get.set_name(name);
+    if (stub->GetScaleTest(&context, get, &test).ok() && done(test)) return test;
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  return test;
+}
+
+// A cancelled sweep cancels its running copy; a loomd killed mid-sweep marks the sweep FAILED
+// with the reason when it starts again (never silently lost) and cancels the copy.
+TEST(ScaleTestIntegration, CancelAndLoomdRestartEndTheRunningCopy) {
+  Cluster cluster(ClusterOptions{
+      .workers = 1, .cpu_devices_per_worker = 2, .rank_program = "loom-train", .secure = false});
+  ASSERT_TRUE(cluster.Start().ok());
+  v1::CreateScaleTestRequest create;
+  v1::JobSpec* spec = create.mutable_spec();
+  spec->set_name("long");
+  spec->mutable_model()->set_preset("tiny");
+  spec->mutable_data()->set_builtin("tiny-corpus");
+  spec->mutable_train()->set_steps(1);
+  spec->mutable_resources()->set_cpu_devices(2);
+  spec->mutable_parallelism()->mutable_auto_();
+  create.add_devices(1);
+  create.add_devices(2);
+  create.set_steps(10000);  // runs far longer than the test
+  auto running_copy = [](const v1::ScaleTest& t) {
+    return t.points_size() > 0 && t.points(0).job_state() == v1::RUNNING;
+  };
+
+  std::string names[2];
+  for (std::string& name : names) {
+    auto stub = v1::ScalingService::NewStub(cluster.channel());
+    grpc::ClientContext context;
+    v1::ScaleTest created;
+    const grpc::Status s = stub->CreateScaleTest(&context, create, &created);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    name = created.name();
+    if (&name == &names[0]) {
+      const v1::ScaleTest t = WaitFor(cluster, name, running_copy);
+      ASSERT_TRUE(running_copy(t)) << t.DebugString();
+      grpc::ClientContext cancel_context;
+      v1::CancelScaleTestRequest cancel;
+      cancel.set_name(name);
+      v1::ScaleTest cancelled;
+      ASSERT_TRUE(stub->CancelScaleTest(&cancel_context, cancel, &cancelled).ok());
+      EXPECT_EQ(cancelled.state(), v1::SCALE_TEST_CANCELLED);
+      EXPECT_THAT(cancelled.state_reason(), HasSubstr("was cancelled"));
+      absl::StatusOr<v1::Job> copy = cluster.GetJob(t.points(0).job());
+      ASSERT_TRUE(copy.ok());
+      EXPECT_EQ(copy->state(), v1::CANCELLED);
+    }
+  }
+  const v1::ScaleTest before = WaitFor(cluster, names[1], running_copy);
+  ASSERT_TRUE(running_copy(before)) << before.DebugString();
+
+  const int port = cluster.loomd_port();
+  cluster.loomd().Kill();  // SIGKILL mid-sweep
+  ASSERT_TRUE(cluster.StartLoomd(port).ok()) << cluster.LogTails();
+  const v1::ScaleTest after = WaitFor(cluster, names[1], [](const v1::ScaleTest& t) {
+    return t.state() != v1::SCALE_TEST_RUNNING;
+  });
+  EXPECT_EQ(after.state(), v1::SCALE_TEST_FAILED) << after.DebugString();
+  EXPECT_THAT(after.state_reason(), HasSubstr("loomd restarted while the sweep ran at 1 devices"));
+  absl::StatusOr<v1::Job> copy = cluster.GetJob(before.points(0).job());
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  EXPECT_EQ(copy->state(), v1::CANCELLED);
+  // The cancelled sweep is still there, as it ended.
+  EXPECT_EQ(WaitFor(cluster, names[0], [](const v1::ScaleTest&) { return true; }).state(),
+            v1::SCALE_TEST_CANCELLED);
   cluster.Shutdown(/*keep_dir=*/HasFailure());
 }
 
