@@ -95,8 +95,8 @@ std::string FormatScaleTest(const ScaleTest& t) {
   }
   out +=
       "\nLOST = step - ideal (the first size's step scaled by the work per device), as a share of "
-      "the step;\nCOMM, BUBBLE, IMBAL (slowest - mean busy rank), REST (compute inflation) are "
-      "measured, UNEXPL is what they leave.\n";
+      "the step.\nMeasured: COMM and BUBBLE of the critical (busiest) rank, IMBAL its busy time - "
+      "the mean,\nREST compute inflation (mean busy - ideal busy); UNEXPL is what they leave.\n";
   if (!t.findings().empty()) {
     out += "\nFINDINGS\n";
     for (const loom::v1::Finding& f : t.findings()) {
