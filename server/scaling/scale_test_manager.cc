@@ -80,13 +80,15 @@ absl::Status ScaleTestManager::Recover() {
     v1::ScaleTest& t = stored.test;
     const int index = CurrentIndex(t);
     std::string where = "before its first copy";
+    bool cancel_ok = false;
     if (index >= 0) {
       const v1::ScalePoint& p = t.points(index);
       where = absl::StrCat("at ", p.devices(), " devices");
       if (!p.job().empty()) {
-        absl::StrAppend(&where, " (copy ", p.job(), ", cancelled)");
         absl::StatusOr<v1::Job> copy = jobs_->GetJob(p.job());
-        if (copy.ok() && !JobTerminal(copy->state())) (void)jobs_->CancelJob(p.job());
+        const bool cancel = copy.ok() && !JobTerminal(copy->state());
+        if (cancel) cancel_ok = jobs_->CancelJob(p.job()).ok();
+        absl::StrAppend(&where, " (copy ", p.job(), cancel && cancel_ok ? ", cancelled" : "", ")");
       }
     }
     End(std::move(t), v1::SCALE_TEST_FAILED,

@@ -64,7 +64,7 @@ class ScaleTestManager {
 
   // The JobManager's step observer: keeps the report when it is about a running copy.
   void OnStep(const v1::StepReport& report);
-  // Advances every running sweep (state_machine.h's NextAction). loomd calls it from the ticker.
+  // Advances every running sweep (sweep.h's NextAction). loomd calls it from the ticker.
   void Tick();
   void StartTicker(absl::Duration interval);
   void Shutdown();
