@@ -219,8 +219,18 @@ absl::Status JobManager::TransitionLocked(ActiveJob& active, v1::Job updated, v1
 
 // ---- Jobs -------------------------------------------------------------------------------------
 
+absl::StatusOr<AcceptedSpec> JobManager::ValidateSpec(const v1::JobSpec& spec) {
+  return validator_(spec, ReadyCapacity());
+}
+
+nodes::Capacity JobManager::ReadyCapacity() {
+  absl::MutexLock lock(&mu_);
+  return nodes_.ReadyCapacity();
+}
+
 absl::StatusOr<v1::Job> JobManager::CreateJob(const v1::CreateJobRequest& request,
-                                              const std::string& tenant) {
+                                              const std::string& tenant,
+                                              const std::string& scale_test) {
   if (request.request_id().size() > 128) {
     return absl::InvalidArgumentError(
         absl::StrCat("request_id must be at most 128 characters (got ", request.request_id().size(),
@@ -285,6 +295,7 @@ absl::StatusOr<v1::Job> JobManager::CreateJob(const v1::CreateJobRequest& reques
   *job.mutable_layout() = std::move(accepted.layout);
   job.set_request_id(request.request_id());
   job.set_tenant(tenant);
+  job.set_scale_test(scale_test);
   ASSIGN_OR_RETURN(v1::JobEvent event, Transition(job, v1::QUEUED, reason, now));
   absl::StatusOr<int64_t> sequence = store_->CreateJob(job, event);
   if (absl::IsAlreadyExists(sequence.status()) && !request_key.empty()) {

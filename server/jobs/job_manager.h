@@ -153,8 +153,22 @@ class JobManager {
   // job the planner's memory model says cannot fit the devices (memory_fit.h) and for sharded
   // checkpoints that would land on several nodes (checkpoint_placement.h). Malformed input
   // writes nothing.
+  // `scale_test`: the sweep ("scaletests/{id}") a copy is made for (Job.scale_test); empty for
+  // users' jobs.
   absl::StatusOr<v1::Job> CreateJob(const v1::CreateJobRequest& request,
-                                    const std::string& tenant = auth::kDefaultTenant);
+                                    const std::string& tenant = auth::kDefaultTenant,
+                                    const std::string& scale_test = "");
+  // Validates `spec` as CreateJob does first (the validator against the READY nodes' devices),
+  // writing nothing; for callers that create jobs later (scaling sweeps).
+  absl::StatusOr<AcceptedSpec> ValidateSpec(const v1::JobSpec& spec);
+  // The devices of the READY nodes.
+  nodes::Capacity ReadyCapacity();
+  // Called with every step report accepted for the current generation of an active job (after
+  // the doctor's window took it), under the manager's lock: it must not block nor call back
+  // into the manager. Set once, before serving (loomd: the scaling sweeps' measurements).
+  void SetStepObserver(std::function<void(const v1::StepReport&)> observer) {
+    step_observer_ = std::move(observer);
+  }
   // The job with its event log. INVALID_ARGUMENT for a malformed name, NOT_FOUND if unknown.
   absl::StatusOr<v1::Job> GetJob(std::string_view name);
   // A page of jobs, oldest first (see ListJobsRequest), only `tenant`'s when given;
@@ -465,6 +479,7 @@ class JobManager {
   absl::BitGen id_gen_ ABSL_GUARDED_BY(mu_);           // the random part of job ids
   bool first_job_noted_ ABSL_GUARDED_BY(mu_) = false;  // on_first_job was called
   JobWatchers watchers_;
+  std::function<void(const v1::StepReport&)> step_observer_;  // set before serving
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 
   absl::Notification stop_ticker_;

@@ -395,6 +395,7 @@ void JobManager::HandleStepLocked(const std::string& node, const v1::StepReport&
   active->latest_steps[report.rank()] = report;
   if (!report.has_val_loss()) RecordRankTelemetry(*active, report);
   active->doctor_window.Add(report);
+  if (step_observer_) step_observer_(report);
   if (active->job.state() == v1::SCHEDULED) {
     // A rank that reports steps has started, even if its RUNNING report was lost.
     active->running_ranks.insert(report.rank());

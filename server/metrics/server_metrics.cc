@@ -73,6 +73,33 @@ void ServerMetrics::ObserveSchedulingLatency(absl::Duration latency) {
 
 void ServerMetrics::IncrementRestarts() { restarts_.Increment(); }
 
+void ServerMetrics::SetScalingEfficiency(const std::string& job,
+                                         const std::map<int, double>& by_devices) {
+  constexpr char kName[] = "loom_scaling_efficiency_ratio";
+  absl::MutexLock lock(&scaling_mu_);
+  auto drop = [&](const std::string& name) {
+    for (const std::string& devices : scaling_series_[name]) {
+      registry_->RemoveSeries(kName, {{"job", name}, {"devices", devices}});
+    }
+    scaling_series_.erase(name);
+    std::erase(scaling_order_, name);
+  };
+  drop(job);  // only the latest sweep of a job name is exported
+  while (scaling_order_.size() >= kMaxScalingJobs) drop(scaling_order_.front());
+  std::vector<std::string>& series = scaling_series_[job];
+  for (const auto& [devices, efficiency] : by_devices) {
+    const std::string label = std::to_string(devices);
+    registry_
+        ->GetGauge(kName,
+                   "Scaling efficiency against linear of the latest finished scaling sweep of the "
+                   "job name, per size: tokens/s over (devices / first size) x the first size's.",
+                   {{"job", job}, {"devices", label}})
+        .Set(efficiency);
+    series.push_back(label);
+  }
+  scaling_order_.push_back(job);
+}
+
 void ServerMetrics::Collect() {
   std::function<Snapshot()> source;
   {
