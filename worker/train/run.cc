@@ -27,6 +27,7 @@
 #include "worker/train/device/caching_allocator.h"
 #include "worker/train/diag/fence.h"
 #include "worker/train/error.h"
+#include "worker/train/profiler/trace_recorder.h"
 #include "worker/train/progress.h"
 #include "worker/train/trainer.h"
 
@@ -416,6 +417,13 @@ int Run(const std::vector<std::string>& args, const std::function<const char*(co
   trainer_options.dp_overlap = flags.dp_overlap;
   trainer_options.stop_requested = options.stop_requested;
   trainer_options.test_forward_sleep_ms = TestSlowRankMs(getenv, env.rank);
+  // The timeline ring (profiler/trace_ring.h) where the worker asks for one; a ring that cannot
+  // be made costs the timeline only (one line on stderr), never the training.
+  std::unique_ptr<TraceRecorder> trace;
+  if (const char* path = getenv("LOOM_TRACE_FILE"); path != nullptr && *path != '\0') {
+    trace = TraceRecorder::Open(path, env.rank, env.generation);
+  }
+  trainer_options.trace = trace.get();
   TrainerComms comms{groups.world.get(), groups.dp.get(), groups.tp.get(), groups.pp.get(),
                      groups.emb.get()};
   Trainer trainer(config, shape, data, comms, trainer_options);
