@@ -187,6 +187,17 @@ TEST(TraceRingTest, MissingLinkedFifoAndOversizedFilesAreNotesNotCrashes) {
   EXPECT_NE(big.notes[0].find("over the 100"), std::string::npos);
 }
 
+TEST(TraceRingTest, ARingThatCannotBeMadeIsAnErrorNotACrash) {
+  TempDir dir;
+  std::string error;
+  EXPECT_EQ(TraceRing::Create(dir / "no/such/dir/r.ring", 8, 0, 1, &error), nullptr);
+  EXPECT_NE(error.find("no/such/dir/r.ring"), std::string::npos) << error;
+  EXPECT_EQ(TraceRing::Create(dir / "r.ring", 0, 0, 1, &error), nullptr);
+  EXPECT_NE(error.find("capacity"), std::string::npos) << error;
+  // The recorder's Open turns tracing off (nullptr) with one line on stderr.
+  EXPECT_EQ(TraceRecorder::Open(dir / "no/such/dir/r.ring", 0, 1), nullptr);
+}
+
 TEST(TraceRingTest, KindNamesCoverTheEnum) {
   EXPECT_STREQ(TraceKindName(static_cast<uint16_t>(TraceKind::kForward)), "forward");
   EXPECT_STREQ(TraceKindName(static_cast<uint16_t>(TraceKind::kZeroAllGather)), "zero_all_gather");

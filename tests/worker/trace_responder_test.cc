@@ -129,7 +129,7 @@ TEST_F(TraceResponderTest, MissingForeignAndHostileRingsAreNotes) {
 TEST_F(TraceResponderTest, OverwrittenStepsAndBadJobNamesAreNotes) {
   auto ring = Ring(0, 3, 10, 4, /*capacity=*/8);  // keeps steps 9 and 10 only
   std::vector<loom::v1::WorkerMessage> out = TraceResponder::Answer(Request(5, 10, {0}), options_);
-  EXPECT_THAT(out.back().trace_chunk().notes(0), HasSubstr("steps before 10 were overwritten"));
+  EXPECT_THAT(out.back().trace_chunk().notes(0), HasSubstr("step 9 and earlier were overwritten"));
   loom::v1::TraceRequest bad = Request(1, 2, {0});
   bad.set_job("jobs/../../etc");
   out = TraceResponder::Answer(bad, options_);

@@ -59,9 +59,11 @@ void AnswerRank(const loom::v1::TraceRequest& request, int rank, const std::stri
   if (!ring.records.empty() && ring.written > ring.records.size()) {
     int64_t oldest = ring.records.front().step;
     for (const TraceRecord& r : ring.records) oldest = std::min(oldest, r.step);
-    if (oldest > request.first_step()) {
-      notes->push_back(absl::StrCat(prefix, "steps before ", oldest + 1,
-                                    " were overwritten in the ring (it keeps the newest records)"));
+    // The oldest step kept may have lost its first records to the wrap as well.
+    if (oldest >= request.first_step()) {
+      notes->push_back(absl::StrCat(prefix, "step ", oldest,
+                                    " and earlier were overwritten or are partial (the ring keeps "
+                                    "the newest records)"));
     }
   }
   WorkerMessage chunk = NewChunk(request, rank);

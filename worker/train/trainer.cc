@@ -382,6 +382,9 @@ float Trainer::Evaluate() {
   const size_t btc = static_cast<size_t>(shape_.B) * shape_.T * config_.model.channels;
   const bool first = first_stage(), last = last_stage();
   if (act_in_.empty() && !first) act_in_.assign(1, std::vector<float>(btc));
+  // Evaluation is not on the timeline: its tensor-parallel all-reduces would land in the last
+  // training step's records.
+  model_.set_trace(nullptr);
   double sum = 0.0;
   for (int i = 0; i < eval_batches_.num_batches(); ++i) {
     eval_batches_.Fill(i, inputs_[0].data(), targets_[0].data());
@@ -405,6 +408,7 @@ float Trainer::Evaluate() {
     comms_.world->AllReduceSum(&shared, 1)->Wait();
     mean = shared;
   }
+  model_.set_trace(options_.trace);
   return mean;
 }
 

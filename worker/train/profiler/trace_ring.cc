@@ -67,8 +67,11 @@ TraceRing* TraceRing::Create(const std::string& path, uint32_t capacity, int32_t
     *error = "cannot create " + path + ": " + std::strerror(errno);
     return nullptr;
   }
-  if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
-    *error = "cannot size " + path + ": " + std::strerror(errno);
+  // The blocks are reserved now: a store into a mapped page the file system cannot back (a full
+  // disk under a sparse file) would kill the rank with SIGBUS in the middle of a step.
+  if (const int e = ::posix_fallocate(fd, 0, static_cast<off_t>(size)); e != 0) {
+    *error =
+        "cannot reserve " + std::to_string(size) + " bytes for " + path + ": " + std::strerror(e);
     ::close(fd);
     return nullptr;
   }
