@@ -39,6 +39,7 @@ Connection::Connection(std::string server, absl::Duration rpc_timeout,
   channel_ = grpc::CreateCustomChannel(server_, credentials, args);
   jobs_ = loom::v1::JobService::NewStub(channel_);
   nodes_ = loom::v1::NodeService::NewStub(channel_);
+  scaling_ = loom::v1::ScalingService::NewStub(channel_);
 }
 
 void Connection::PrepareStream(grpc::ClientContext* context) const {

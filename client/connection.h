@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "loom/v1/job.grpc.pb.h"
 #include "loom/v1/node.grpc.pb.h"
+#include "loom/v1/scaling.grpc.pb.h"
 
 namespace loom::client {
 
@@ -38,6 +39,7 @@ class Connection {
   const std::string& server() const { return server_; }
   loom::v1::JobService::StubInterface& jobs() { return *jobs_; }
   loom::v1::NodeService::StubInterface& nodes() { return *nodes_; }
+  loom::v1::ScalingService::StubInterface& scaling() { return *scaling_; }
 
   // Sets the deadline of a unary call on `context`, and its credentials.
   void PrepareUnary(grpc::ClientContext* context) const;
@@ -51,6 +53,7 @@ class Connection {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<loom::v1::JobService::Stub> jobs_;
   std::unique_ptr<loom::v1::NodeService::Stub> nodes_;
+  std::unique_ptr<loom::v1::ScalingService::Stub> scaling_;
 };
 
 }  // namespace loom::client

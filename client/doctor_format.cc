@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "client/job_format.h"
 
 namespace loom::client {
 namespace {
@@ -39,6 +40,9 @@ void AppendFinding(std::string* out, const Finding& f, bool details) {
 std::string FormatJobReport(const loom::v1::JobReport& report) {
   std::string out = absl::StrCat("Job:       ", report.job(), "\n");
   absl::StrAppend(&out, "Generation: ", report.generation(), "\n");
+  if (report.has_goodput() && report.goodput().wall_seconds() > 0) {
+    absl::StrAppend(&out, "Goodput:   ", FormatGoodput(report.goodput()), "\n");
+  }
   if (!report.note().empty()) {
     absl::StrAppend(&out, "Note:      ", report.note(), "\n");
     return out;

@@ -159,6 +159,27 @@ std::string FormatOutcomeLine(const Job& job) {
   return line;
 }
 
+std::string FormatGoodput(const loom::v1::Goodput& g) {
+  std::string out = absl::StrFormat("%.0f%% (productive %.1f s of %.1f s", g.ratio() * 100,
+                                    g.productive_seconds(), g.wall_seconds());
+  const std::pair<const char*, double> buckets[] = {{"queued", g.queued_seconds()},
+                                                    {"starting", g.starting_seconds()},
+                                                    {"checkpointing", g.checkpointing_seconds()},
+                                                    {"restarts", g.restart_seconds()},
+                                                    {"rebalancing", g.rebalance_seconds()},
+                                                    {"other", g.other_seconds()}};
+  const char* sep = "; ";
+  for (const auto& [name, seconds] : buckets) {
+    if (seconds < 0.05) continue;
+    absl::StrAppendFormat(&out, "%s%s %.1f s", sep, name, seconds);
+    if (std::string_view(name) == "restarts" && g.steps_lost() > 0) {
+      absl::StrAppend(&out, " (", g.steps_lost(), " steps trained again)");
+    }
+    sep = ", ";
+  }
+  return out + ")";
+}
+
 std::string FormatJobDetails(const Job& job, absl::Time now) {
   std::vector<std::vector<std::string>> kv;
   kv.push_back({"Name:", job.name()});
@@ -192,6 +213,9 @@ std::string FormatJobDetails(const Job& job, absl::Time now) {
                                                  check.measured_step_seconds(), check.ratio(),
                                                  check.measured_steps())});
     }
+  }
+  if (job.has_goodput() && job.goodput().wall_seconds() > 0) {
+    kv.push_back({"Goodput:", FormatGoodput(job.goodput())});
   }
   kv.push_back(
       {"Generation:", absl::StrCat(job.generation(), " (", job.restart_count(),

@@ -34,6 +34,10 @@ std::string FormatOutcomeLine(const loom::v1::Job& job);
 // `get`: a key/value block with state, reason, layout, progress, placements and events.
 std::string FormatJobDetails(const loom::v1::Job& job, absl::Time now);
 
+// "62% (productive 31.0 s of 50.0 s; queued 3.0 s, starting 4.2 s, checkpointing 1.1 s,
+// restarts 8.0 s (12 steps trained again), other 2.7 s)": the non-zero buckets only.
+std::string FormatGoodput(const loom::v1::Goodput& g);
+
 // `list`: one row per job under a header (NAME STATE PROGRESS LOSS DEVICES AGE).
 std::string FormatJobTable(const std::vector<loom::v1::Job>& jobs, absl::Time now);
 

@@ -12,6 +12,7 @@
 #include "client/connection.h"
 #include "client/exit_codes.h"
 #include "client/output_format.h"
+#include "client/scale_test_command.h"
 #include "client/trace_command.h"
 #include "common/tls.h"
 
@@ -62,6 +63,19 @@ int main(int argc, char** argv) {
                    "without a server");
   plan->add_option("--top", plan_args.top_k, "How many plans to show (default 5)")
       ->check(CLI::Range(1, 50));
+
+  ScaleTestArgs scale_args;
+  CLI::App* scale = app.add_subcommand(
+      "scale-test", "Run short copies of a job at several sizes; efficiency and where it is lost");
+  scale->add_option("-f,--file", scale_args.file, "Job spec YAML ('-' for stdin)")->required();
+  scale->add_option("--devices", scale_args.devices, "Sizes, increasing, e.g. 1,2,4,8")->required();
+  scale->add_flag("--weak", scale_args.weak,
+                  "Weak scaling: the global batch grows with the devices (default: fixed)");
+  scale->add_option("--steps", scale_args.steps, "Steps per size (default 20)")
+      ->check(CLI::Range(4, 10000));
+  scale->add_option("--plot", scale_args.plot, "Write the figure here (SVG)");
+  scale->add_option("--request-id", scale_args.request_id,
+                    "Idempotency key (default: a fresh random id)");
 
   std::string job;
   bool get_wait = false;
@@ -161,6 +175,7 @@ int main(int argc, char** argv) {
   }
   if (*cancel) return RunCancel(ctx, job);
   if (*doctor) return RunDoctor(ctx, job);
+  if (*scale) return RunScaleTest(ctx, scale_args);
   if (*trace) return RunTrace(ctx, trace_args);
   if (*drain) return RunDrainNode(ctx, drain_args);
   if (*del) return RunDeleteNode(ctx, delete_node, delete_force);

@@ -27,6 +27,7 @@ namespace loom::jobs {
 
 namespace {
 
+using internal::FromProto;
 using internal::IsGangState;
 using internal::PlacementNodes;
 
@@ -130,6 +131,8 @@ absl::Status JobManager::Restore() {
     auto active = std::make_unique<ActiveJob>();
     active->sequence = stored.sequence;
     active->job = std::move(stored.job);
+    active->goodput = doctor::GoodputLedger(FromProto(active->job.create_time()),
+                                            active->job.goodput(), active->job.state(), now);
     std::tie(active->kind, active->world_size) = Demand(active->job.spec());
     active->tensor = PlacementGroup(active->job.spec(), active->job.layout());
     active->ready_since = now;
@@ -165,7 +168,15 @@ absl::Status JobManager::Restore() {
 
 absl::Status JobManager::CommitLocked(ActiveJob& active, v1::Job updated,
                                       const std::optional<v1::JobEvent>& event) {
+  const absl::Time now = clock_->Now();
+  doctor::GoodputLedger goodput = active.goodput;
+  if (updated.state() != active.job.state()) {
+    goodput.EnterState(updated.state(), active.requeue_cause, now);
+  }
+  *updated.mutable_goodput() = goodput.Snapshot(now);
   RETURN_IF_ERROR(store_->UpdateJob(updated, event));
+  active.goodput = std::move(goodput);
+  if (updated.state() != active.job.state()) active.requeue_cause = doctor::WaitCause::kRestart;
   const std::string name = updated.name();
   const v1::JobState old_state = active.job.state();
   const v1::JobState new_state = updated.state();
@@ -208,8 +219,18 @@ absl::Status JobManager::TransitionLocked(ActiveJob& active, v1::Job updated, v1
 
 // ---- Jobs -------------------------------------------------------------------------------------
 
+absl::StatusOr<AcceptedSpec> JobManager::ValidateSpec(const v1::JobSpec& spec) {
+  return validator_(spec, ReadyCapacity());
+}
+
+nodes::Capacity JobManager::ReadyCapacity() {
+  absl::MutexLock lock(&mu_);
+  return nodes_.ReadyCapacity();
+}
+
 absl::StatusOr<v1::Job> JobManager::CreateJob(const v1::CreateJobRequest& request,
-                                              const std::string& tenant) {
+                                              const std::string& tenant,
+                                              const std::string& scale_test) {
   if (request.request_id().size() > 128) {
     return absl::InvalidArgumentError(
         absl::StrCat("request_id must be at most 128 characters (got ", request.request_id().size(),
@@ -274,6 +295,7 @@ absl::StatusOr<v1::Job> JobManager::CreateJob(const v1::CreateJobRequest& reques
   *job.mutable_layout() = std::move(accepted.layout);
   job.set_request_id(request.request_id());
   job.set_tenant(tenant);
+  job.set_scale_test(scale_test);
   ASSIGN_OR_RETURN(v1::JobEvent event, Transition(job, v1::QUEUED, reason, now));
   absl::StatusOr<int64_t> sequence = store_->CreateJob(job, event);
   if (absl::IsAlreadyExists(sequence.status()) && !request_key.empty()) {
@@ -290,6 +312,7 @@ absl::StatusOr<v1::Job> JobManager::CreateJob(const v1::CreateJobRequest& reques
   auto active = std::make_unique<ActiveJob>();
   active->sequence = *sequence;
   active->job = job;
+  active->goodput = doctor::GoodputLedger(now, v1::Goodput(), v1::QUEUED, now);
   std::tie(active->kind, active->world_size) = Demand(job.spec());
   active->tensor = PlacementGroup(job.spec(), job.layout());
   active->ready_since = now;

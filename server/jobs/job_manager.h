@@ -53,6 +53,7 @@
 #include "server/auth/principal.h"
 #include "server/calibration/calibrator.h"
 #include "server/doctor/finding_tracker.h"
+#include "server/doctor/goodput.h"
 #include "server/doctor/rules.h"
 #include "server/doctor/telemetry_window.h"
 #include "server/jobs/job_state_machine.h"
@@ -156,8 +157,22 @@ class JobManager {
   // job the planner's memory model says cannot fit the devices (memory_fit.h) and for sharded
   // checkpoints that would land on several nodes (checkpoint_placement.h). Malformed input
   // writes nothing.
+  // `scale_test`: the sweep ("scaletests/{id}") a copy is made for (Job.scale_test); empty for
+  // users' jobs.
   absl::StatusOr<v1::Job> CreateJob(const v1::CreateJobRequest& request,
-                                    const std::string& tenant = auth::kDefaultTenant);
+                                    const std::string& tenant = auth::kDefaultTenant,
+                                    const std::string& scale_test = "");
+  // Validates `spec` as CreateJob does first (the validator against the READY nodes' devices),
+  // writing nothing; for callers that create jobs later (scaling sweeps).
+  absl::StatusOr<AcceptedSpec> ValidateSpec(const v1::JobSpec& spec);
+  // The devices of the READY nodes.
+  nodes::Capacity ReadyCapacity();
+  // Called with every step report accepted for the current generation of an active job (after
+  // the doctor's window took it), under the manager's lock: it must not block nor call back
+  // into the manager. Set once, before serving (loomd: the scaling sweeps' measurements).
+  void SetStepObserver(std::function<void(const v1::StepReport&)> observer) {
+    step_observer_ = std::move(observer);
+  }
   // The job with its event log. INVALID_ARGUMENT for a malformed name, NOT_FOUND if unknown.
   absl::StatusOr<v1::Job> GetJob(std::string_view name);
   // A page of jobs, oldest first (see ListJobsRequest), only `tenant`'s when given;
@@ -320,6 +335,11 @@ class JobManager {
     // The doctor (memory only; reset at each launch): every rank's recent steps and block
     // costs, the findings' persistence, rank 0's step at the last window, the last report.
     doctor::TelemetryWindow doctor_window;
+    // Goodput (server/doctor/goodput.h): fed by every commit and rank 0's reports; its snapshot
+    // is written into job.goodput with each commit. `requeue_cause` says why the next
+    // RESTARTING waits (the doctor sets kRebalance just before its re-queue).
+    doctor::GoodputLedger goodput;
+    doctor::WaitCause requeue_cause = doctor::WaitCause::kRestart;
     doctor::TrackerState doctor_state;
     int64_t doctor_step = -1;
     v1::JobReport doctor_report;
@@ -477,6 +497,7 @@ class JobManager {
   absl::BitGen id_gen_ ABSL_GUARDED_BY(mu_);           // the random part of job ids
   bool first_job_noted_ ABSL_GUARDED_BY(mu_) = false;  // on_first_job was called
   JobWatchers watchers_;
+  std::function<void(const v1::StepReport&)> step_observer_;  // set before serving
   TraceCollector traces_;  // its own lock (see trace_collector.h)
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 

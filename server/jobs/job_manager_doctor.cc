@@ -175,7 +175,9 @@ bool JobManager::RebalanceLocked(ActiveJob& active, const doctor::Diagnosis& dia
     active.job.mutable_layout()->mutable_blocks_per_stage()->Assign(split.begin(), split.end());
     // The gang saves at a step its ranks agree on before it stops (nothing since the last
     // periodic checkpoint is lost) and is placed again once every rank has exited.
+    active.requeue_cause = doctor::WaitCause::kRebalance;  // for the goodput accounting
     RequeueGangLocked(active, what, options_.drain_requeue_delay, /*checkpoint=*/true);
+    active.requeue_cause = doctor::WaitCause::kRestart;
     if (active.job.state() != v1::RESTARTING) *active.job.mutable_layout() = previous;  // refused
   };
   if (rb.measuring) {
@@ -240,9 +242,11 @@ absl::StatusOr<v1::JobReport> JobManager::GetJobReport(std::string_view name) {
     report.set_generation(job->generation());
     report.set_note(absl::StrCat("the job is ", v1::JobState_Name(job->state()),
                                  ": the doctor judges running jobs only"));
+    *report.mutable_goodput() = job->goodput();  // final, as written at the end
     return report;
   }
   const ActiveJob& active = *it->second;
+  const v1::Goodput goodput = active.goodput.Snapshot(clock_->Now());
   if (active.doctor_report.windows() == 0) {
     report.set_job(active.job.name());
     report.set_generation(active.job.generation());
@@ -252,9 +256,12 @@ absl::StatusOr<v1::JobReport> JobManager::GetJobReport(std::string_view name) {
                                        doctor::kMinSteps, " steps after its warmup")
                         : absl::StrCat("the job is ", v1::JobState_Name(active.job.state()),
                                        ": the doctor judges running jobs only"));
+    *report.mutable_goodput() = goodput;
     return report;
   }
-  return active.doctor_report;
+  report = active.doctor_report;
+  *report.mutable_goodput() = goodput;
+  return report;
 }
 
 }  // namespace loom::jobs

@@ -24,6 +24,10 @@ inline google::protobuf::Timestamp ToProto(absl::Time t) {
   return google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(t));
 }
 
+inline absl::Time FromProto(const google::protobuf::Timestamp& t) {
+  return absl::FromUnixMicros(google::protobuf::util::TimeUtil::TimestampToMicroseconds(t));
+}
+
 // "rank 1 killed by signal 9 (SIGKILL)" from a failed rank's status.
 inline std::string DescribeExit(const v1::RankStatus& status) {
   if (!status.message().empty()) {

@@ -385,6 +385,8 @@ void JobManager::HandleStepLocked(const std::string& node, const v1::StepReport&
   active->missing_on.erase(node);
   if (report.checkpoint()) {
     active->last_checkpoint = clock_->Now();
+    // Every writer of a shard announces the save; rank 0's measurement stands for the gang's.
+    if (report.rank() == 0) active->goodput.Checkpoint(report.checkpoint_seconds());
     // Progress for the watchdog (a long checkpoint write is not a hang), nothing more.
     if (active->job.state() == v1::SCHEDULED) {
       active->running_ranks.insert(report.rank());
@@ -397,6 +399,7 @@ void JobManager::HandleStepLocked(const std::string& node, const v1::StepReport&
   active->latest_steps[report.rank()] = report;
   if (!report.has_val_loss()) RecordRankTelemetry(*active, report);
   active->doctor_window.Add(report);
+  if (step_observer_) step_observer_(report);
   if (active->job.state() == v1::SCHEDULED) {
     // A rank that reports steps has started, even if its RUNNING report was lost.
     active->running_ranks.insert(report.rank());
@@ -412,6 +415,9 @@ void JobManager::HandleStepLocked(const std::string& node, const v1::StepReport&
     if (notice.has_value()) AddNoticeLocked(*active, *notice);
   }
   const absl::Time now = clock_->Now();
+  if (!report.has_val_loss()) {
+    active->goodput.Step(active->job.generation(), report.step(), report.step_seconds(), now);
+  }
   v1::JobProgress* progress = active->job.mutable_progress();
   if (report.has_val_loss()) {
     progress->set_val_loss(report.val_loss());
@@ -626,6 +632,17 @@ server_metrics::Snapshot JobManager::MetricsSnapshot() {
       snapshot.job_step_seconds[id] = times;
     }
     if (!active->rank_telemetry.empty()) snapshot.ranks[id] = active->rank_telemetry;
+    {
+      const v1::Goodput g = active->goodput.Snapshot(now);
+      server_metrics::JobGoodput& out = snapshot.goodput[id];
+      out.ratio = g.ratio();
+      out.lost_seconds = {{"queued", g.queued_seconds()},
+                          {"starting", g.starting_seconds()},
+                          {"checkpointing", g.checkpointing_seconds()},
+                          {"restarts", g.restart_seconds()},
+                          {"rebalancing", g.rebalance_seconds()},
+                          {"other", g.other_seconds()}};
+    }
     if (active->doctor_report.windows() > 0) {
       server_metrics::JobDoctorTelemetry& doctor = snapshot.doctor[id];
       for (const v1::Finding& f : active->doctor_report.findings()) {

@@ -73,6 +73,33 @@ void ServerMetrics::ObserveSchedulingLatency(absl::Duration latency) {
 
 void ServerMetrics::IncrementRestarts() { restarts_.Increment(); }
 
+void ServerMetrics::SetScalingEfficiency(const std::string& job,
+                                         const std::map<int, double>& by_devices) {
+  constexpr char kName[] = "loom_scaling_efficiency_ratio";
+  absl::MutexLock lock(&scaling_mu_);
+  auto drop = [&](const std::string& name) {
+    for (const std::string& devices : scaling_series_[name]) {
+      registry_->RemoveSeries(kName, {{"job", name}, {"devices", devices}});
+    }
+    scaling_series_.erase(name);
+    std::erase(scaling_order_, name);
+  };
+  drop(job);  // only the latest sweep of a job name is exported
+  while (scaling_order_.size() >= kMaxScalingJobs) drop(scaling_order_.front());
+  std::vector<std::string>& series = scaling_series_[job];
+  for (const auto& [devices, efficiency] : by_devices) {
+    const std::string label = std::to_string(devices);
+    registry_
+        ->GetGauge(kName,
+                   "Scaling efficiency against linear of the latest finished scaling sweep of the "
+                   "job name, per size: tokens/s over (devices / first size) x the first size's.",
+                   {{"job", job}, {"devices", label}})
+        .Set(efficiency);
+    series.push_back(label);
+  }
+  scaling_order_.push_back(job);
+}
+
 void ServerMetrics::Collect() {
   std::function<Snapshot()> source;
   {
@@ -113,6 +140,7 @@ void ServerMetrics::Collect() {
   CollectJobStepTimes(snapshot.job_step_seconds, exported);
   CollectRanks(snapshot.ranks, exported);
   CollectDoctor(snapshot.doctor, exported);
+  CollectGoodput(snapshot.goodput, exported);
   absl::MutexLock lock(&mu_);
   for (const auto& [name, labels] : job_series_) {
     if (!exported.contains({name, labels})) registry_->RemoveSeries(name, labels);
@@ -175,6 +203,32 @@ void ServerMetrics::CollectDoctor(const std::map<std::string, JobDoctorTelemetry
                      labels)
           .Set(score);
       exported.insert({kStraggler, labels});
+    }
+  }
+}
+
+void ServerMetrics::CollectGoodput(const std::map<std::string, JobGoodput>& jobs,
+                                   std::set<std::pair<std::string, metrics::Labels>>& exported) {
+  constexpr char kRatio[] = "loom_job_goodput_ratio";
+  constexpr char kLost[] = "loom_job_lost_seconds";
+  for (const auto& [job, goodput] : jobs) {
+    const metrics::Labels labels = {{"job", job}};
+    registry_
+        ->GetGauge(kRatio,
+                   "Productive training seconds (steps kept) over the wall seconds since the job "
+                   "was submitted.",
+                   labels)
+        .Set(goodput.ratio);
+    exported.insert({kRatio, labels});
+    for (const auto& [reason, seconds] : goodput.lost_seconds) {
+      const metrics::Labels l = {{"job", job}, {"reason", reason}};
+      registry_
+          ->GetGauge(kLost,
+                     "Wall seconds of the job not spent in kept training steps, by reason "
+                     "(queued, starting, checkpointing, restarts, rebalancing, other).",
+                     l)
+          .Set(seconds);
+      exported.insert({kLost, l});
     }
   }
 }

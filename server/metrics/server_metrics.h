@@ -48,6 +48,12 @@
 //                                             data-parallel peers at the same (stage, tensor)
 //                                             position over its own (below 1: slower; 1 without
 //                                             peers)
+//   loom_scaling_efficiency_ratio{job, devices}
+//                                             gauge, the scaling efficiency against linear of the
+//                                             latest finished sweep of each job name (the spec's
+//                                             name), per size (server/scaling); set when a sweep
+//                                             finishes, at most kMaxScalingJobs job names (the
+//                                             least recently set dropped)
 // The per-job and per-rank series carry the job id (bounded by the active jobs) and the rank
 // (bounded by the world size) and are removed at the first scrape after the job ends, so label
 // sets do not accumulate.
@@ -66,6 +72,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -129,6 +136,14 @@ struct JobDoctorTelemetry {
   std::map<int, double> straggler_scores;  // by rank
 };
 
+// Where a job's time went (v1::Goodput), for loom_job_goodput_ratio and
+// loom_job_lost_seconds{reason}.
+struct JobGoodput {
+  double ratio = 0;
+  // reason ("queued", "starting", "checkpointing", "restarts", "rebalancing", "other") -> seconds
+  std::map<std::string, double> lost_seconds;
+};
+
 // What the gauges show, taken from the job manager at scrape time.
 struct Snapshot {
   std::map<v1::JobState, int> jobs;  // every state, including terminal ones
@@ -143,6 +158,8 @@ struct Snapshot {
   std::map<std::string, std::map<int, RankTelemetry>> ranks;
   // job id -> the doctor's latest report, for the active jobs it has judged.
   std::map<std::string, JobDoctorTelemetry> doctor;
+  // job id -> its goodput, for every active job.
+  std::map<std::string, JobGoodput> goodput;
 };
 
 class ServerMetrics {
@@ -158,6 +175,10 @@ class ServerMetrics {
   void RecordRpc(std::string_view method, std::string_view code);
   void ObserveSchedulingLatency(absl::Duration latency);
   void IncrementRestarts();
+  // Replaces the loom_scaling_efficiency_ratio series of `job` (a job name) by `by_devices`
+  // (devices -> efficiency); see above.
+  void SetScalingEfficiency(const std::string& job, const std::map<int, double>& by_devices);
+  static constexpr size_t kMaxScalingJobs = 100;
 
   metrics::Registry* registry() { return registry_; }
 
@@ -175,6 +196,9 @@ class ServerMetrics {
   // Sets the doctor's per-job and per-rank gauges and adds those series to `exported`.
   void CollectDoctor(const std::map<std::string, JobDoctorTelemetry>& jobs,
                      std::set<std::pair<std::string, metrics::Labels>>& exported);
+  // Sets the goodput gauges of `jobs` and adds those series to `exported`.
+  void CollectGoodput(const std::map<std::string, JobGoodput>& jobs,
+                      std::set<std::pair<std::string, metrics::Labels>>& exported);
   // Sets the memory gauges of one rank (`labels`: job, rank) and adds them to `exported`.
   void CollectRankMemory(const metrics::Labels& labels, const RankMemory& memory,
                          std::set<std::pair<std::string, metrics::Labels>>& exported);
@@ -187,6 +211,11 @@ class ServerMetrics {
   // The per-job and per-rank series exported by the last Collect(), (metric name, labels), so
   // that those of jobs (or ranks) no longer reported can be removed.
   std::set<std::pair<std::string, metrics::Labels>> job_series_ ABSL_GUARDED_BY(mu_);
+  // loom_scaling_efficiency_ratio: job name -> its devices label values, and the job names in
+  // the order they were last set (oldest first).
+  absl::Mutex scaling_mu_;
+  std::map<std::string, std::vector<std::string>> scaling_series_ ABSL_GUARDED_BY(scaling_mu_);
+  std::vector<std::string> scaling_order_ ABSL_GUARDED_BY(scaling_mu_);
 };
 
 }  // namespace loom::server_metrics

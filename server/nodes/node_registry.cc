@@ -7,6 +7,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/time_util.h"
+#include "server/planner/measured_peaks.h"
+#include "server/planner_service/cluster_devices.h"
 
 namespace loom::nodes {
 namespace {
@@ -63,6 +65,14 @@ absl::Status ValidateRegistration(const v1::RegisterNodeRequest& request,
     if (!seen.insert({d.kind(), d.index()}).second) {
       return absl::InvalidArgumentError(absl::StrCat("devices[", i, "].index ", d.index(),
                                                      " is listed twice; indices must be unique"));
+    }
+    // The planner plans every tenant's jobs from these figures: they must be sane.
+    if (d.has_peaks()) {
+      if (absl::Status st =
+              planner::ValidateMeasuredPeaks(planner_service::MeasuredPeaksFromProto(d.peaks()));
+          !st.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("devices[", i, "].", st.message()));
+      }
     }
   }
   if (request.hostname().size() > 255 || request.address().size() > 255 ||

@@ -77,6 +77,12 @@ struct DeviceSpec {
   double intra_node_bytes_per_s = 0;        // per device, one direction (NVLink)
   double inter_node_bytes_per_s = 0;        // per node, one direction (all NICs together)
   EfficiencyTable efficiency;
+  // Set when the compute figures come from the node's own measurement (measured_peaks.h)
+  // rather than the catalog.
+  bool measured = false;
+  // CPU devices of one node run on the same cores: k ranks of a job on one node each compute at
+  // 1/k of the measured (alone) rate. Set with measured CPU figures.
+  bool shares_node_compute = false;
 };
 
 // The catalog: a DeviceSpec for `count` devices of a known model, `per_node` to a node, with

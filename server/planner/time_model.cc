@@ -142,7 +142,14 @@ DataParallelTime DataParallelCost(Precision precision, const Layout& l, const De
 }
 
 StepTime EstimateStep(const ModelShape& m, Precision precision, const Layout& l,
-                      const DeviceSpec& d, const std::vector<int>& blocks_per_stage) {
+                      const DeviceSpec& devices, const std::vector<int>& blocks_per_stage) {
+  // Measured CPU devices of one node share its cores (DeviceSpec::shares_node_compute): the
+  // job's ranks on one node each compute at 1/k of the rate measured alone.
+  DeviceSpec d = devices;
+  if (d.shares_node_compute) {
+    const int ranks_on_node = std::min(l.world(), std::max(1, d.per_node));
+    if (ranks_on_node > 1) d.efficiency = ScaleEfficiency(d.efficiency, ranks_on_node, 1.0);
+  }
   const BlockTime block = BlockCost(m, precision, l, d);
   const BlockTime first = FirstStageExtra(m, precision, l, d);
   const BlockTime last = LastStageExtra(m, precision, l, d);

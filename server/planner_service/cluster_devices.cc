@@ -124,7 +124,35 @@ absl::StatusOr<planner::DeviceSpec> DevicesFromNodes(const std::vector<v1::Node>
         "the live cluster has no ", what, " on a ready node; register nodes with ", what,
         ", or plan against a cluster description (loomctl plan --cluster FILE)"));
   }
-  if (!gpu) return planner::DefaultDevice("cpu", total, per_node);
+  if (!gpu) {
+    absl::StatusOr<planner::DeviceSpec> d = planner::DefaultDevice("cpu", total, per_node);
+    if (!d.ok()) return d.status();
+    // The slowest node's measurement (the most block seconds, else the slowest GEMMs); none
+    // unless every ready node with CPU devices measured them.
+    const v1::DevicePeaks* slowest = nullptr;
+    double slowest_cost = -1;
+    bool all_measured = true;
+    for (const v1::Node& node : nodes) {
+      if (node.state() != v1::NODE_STATE_READY) continue;
+      for (const v1::Device& device : node.devices()) {
+        if (device.kind() != kind) continue;
+        if (!device.has_peaks() || device.peaks().gemm().empty()) {
+          all_measured = false;
+          continue;
+        }
+        double cost = 0;
+        for (const v1::BlockTiming& b : device.peaks().blocks()) cost += b.seconds();
+        if (cost == 0) {
+          for (const v1::GemmThroughput& g : device.peaks().gemm()) {
+            cost = std::max(cost, 1.0 / std::max(g.flops_per_second(), 1.0));
+          }
+        }
+        if (cost > slowest_cost) slowest_cost = cost, slowest = &device.peaks();
+      }
+    }
+    if (!all_measured || slowest == nullptr) return d;
+    return planner::ApplyMeasuredPeaks(*std::move(d), MeasuredPeaksFromProto(*slowest));
+  }
   const std::string model = CatalogModelName(first->model(), least_memory);
   if (model.empty() || model == "cpu") {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -140,10 +168,22 @@ absl::StatusOr<planner::DeviceSpec> DevicesFromNodes(const std::vector<v1::Node>
   return d;
 }
 
+planner::MeasuredPeaks MeasuredPeaksFromProto(const v1::DevicePeaks& peaks) {
+  planner::MeasuredPeaks m;
+  for (const v1::GemmThroughput& g : peaks.gemm()) {
+    m.gemm.push_back({g.rows(), g.inner(), g.cols(), g.flops_per_second()});
+  }
+  for (const v1::BlockTiming& b : peaks.blocks()) {
+    m.blocks.push_back({b.hidden(), b.heads(), b.seq_len(), b.micro_batch(), b.seconds()});
+  }
+  m.optimizer_bytes_per_s = peaks.optimizer_bytes_per_second();
+  return m;
+}
+
 std::string DescribeDevices(const planner::DeviceSpec& devices) {
   return absl::StrCat(devices.count, " × ", devices.model, " (",
                       planner::FormatGiB(devices.memory_bytes), "), ", devices.per_node,
-                      " per node");
+                      " per node", devices.measured ? ", figures measured on the nodes" : "");
 }
 
 }  // namespace loom::planner_service

@@ -14,6 +14,7 @@
 #include "loom/v1/job.pb.h"
 #include "loom/v1/node.pb.h"
 #include "server/planner/device_spec.h"
+#include "server/planner/measured_peaks.h"
 
 namespace loom::planner_service {
 
@@ -29,12 +30,17 @@ std::string CatalogModelName(absl::string_view reported, double memory_bytes);
 
 // The devices of `kind` on the READY nodes: count over all of them, per_node the most on one
 // node, the model from the first device (its reported memory, when smaller than the catalog's,
-// replaces it). FAILED_PRECONDITION when there are none, or when the GPU model is unknown to
+// replaces it). CPU devices: when every ready node measured its devices (Device.peaks), the
+// slowest node's figures replace the catalog's (planner/measured_peaks.h): a gang runs at its
+// slowest rank's pace. FAILED_PRECONDITION when there are none, or when the GPU model is unknown to
 // the planner (naming it, and how to plan with a cluster description instead).
 absl::StatusOr<planner::DeviceSpec> DevicesFromNodes(const std::vector<v1::Node>& nodes,
                                                      v1::DeviceKind kind);
 
-// "64 × H100-SXM (80 GiB), 8 per node".
+// The measured figures a worker sent with a device (Device.peaks), in the planner's terms.
+planner::MeasuredPeaks MeasuredPeaksFromProto(const v1::DevicePeaks& peaks);
+
+// "64 × H100-SXM (80 GiB), 8 per node" ("... measured" when from the nodes' own figures).
 std::string DescribeDevices(const planner::DeviceSpec& devices);
 
 }  // namespace loom::planner_service

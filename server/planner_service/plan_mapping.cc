@@ -6,10 +6,12 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "server/planner/measured_peaks.h"
 #include "server/planner/model_shape.h"
 #include "server/planner/plan_explanation.h"
 #include "server/planner_service/cluster_devices.h"
@@ -108,13 +110,14 @@ uint64_t Bytes(double b) { return b > 0 ? static_cast<uint64_t>(std::llround(b))
 
 v1::PlanCalibration CalibrationFor(const planner::DeviceSpec& devices,
                                    const CalibrationByModel& calibrations) {
-  if (auto it = calibrations.find(devices.model); it != calibrations.end()) {
+  const std::string key = planner::CalibrationKey(devices);
+  if (auto it = calibrations.find(key); it != calibrations.end()) {
     v1::PlanCalibration c = it->second;
-    c.set_device_model(devices.model);
+    c.set_device_model(key);
     return c;
   }
   v1::PlanCalibration c;
-  c.set_device_model(devices.model);
+  c.set_device_model(key);
   c.set_compute_scale(1.0);
   c.set_comm_scale(1.0);
   c.set_optimizer_scale(1.0);
@@ -130,14 +133,20 @@ planner::DeviceSpec Calibrated(planner::DeviceSpec devices,
 }
 
 std::string CalibrationReason(const v1::PlanCalibration& c) {
+  const bool measured = absl::EndsWith(c.device_model(), "@measured");
   if (c.jobs() <= 0) {
+    if (measured) {
+      return absl::StrCat("efficiency: the figures the nodes measured (", c.device_model(),
+                          "; no finished job calibrated them yet)");
+    }
     return absl::StrCat("efficiency: the catalog's defaults for ", c.device_model(),
                         " (no finished job measured yet)");
   }
   std::string line = absl::StrFormat(
-      "efficiency calibrated from %d finished job%s on %s: compute ×%.2f the catalog's "
+      "efficiency calibrated from %d finished job%s on %s: compute ×%.2f the %s "
       "prediction",
-      c.jobs(), c.jobs() == 1 ? "" : "s", c.device_model(), c.compute_scale());
+      c.jobs(), c.jobs() == 1 ? "" : "s", c.device_model(), c.compute_scale(),
+      measured ? "measured figures'" : "catalog's");
   if (c.optimizer_jobs() > 0) {
     absl::StrAppend(&line, absl::StrFormat(", optimizer ×%.2f (%d job%s)", c.optimizer_scale(),
                                            c.optimizer_jobs(), c.optimizer_jobs() == 1 ? "" : "s"));

@@ -117,6 +117,7 @@ absl::StatusOr<std::unique_ptr<LoomdServer>> LoomdServer::Start(const LoomdConfi
   ASSIGN_OR_RETURN(s->calibration_store_, calibration::OpenSqliteCalibrationStore(db_path));
   ASSIGN_OR_RETURN(s->calibrator_,
                    calibration::Calibrator::Create(s->calibration_store_.get(), clock));
+  ASSIGN_OR_RETURN(s->scale_test_store_, scaling::OpenSqliteScaleTestStore(db_path));
   ASSIGN_OR_RETURN(s->logs_, jobs::LogStore::Open(absl::StrCat(config.state_dir, "/logs")));
   LoomdServer* self = s.get();
   // The checker runs only for RPCs, which start after manager_ is set below.
@@ -157,6 +158,11 @@ absl::StatusOr<std::unique_ptr<LoomdServer>> LoomdServer::Start(const LoomdConfi
       manager, s->logs_.get(), s->authenticator_.get(), config.max_streams_per_client);
   s->node_service_ = std::make_unique<NodeServiceImpl>(manager, s->authenticator_.get());
   s->rendezvous_service_ = std::make_unique<RendezvousServiceImpl>(s->rendezvous_.get(), secrets);
+  ASSIGN_OR_RETURN(s->scale_tests_,
+                   scaling::ScaleTestManager::Create(s->scale_test_store_.get(), manager, clock,
+                                                     s->server_metrics_.get()));
+  s->scaling_service_ =
+      std::make_unique<ScalingServiceImpl>(s->scale_tests_.get(), s->authenticator_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -167,6 +173,7 @@ absl::StatusOr<std::unique_ptr<LoomdServer>> LoomdServer::Start(const LoomdConfi
   builder.RegisterService(s->job_service_.get());
   builder.RegisterService(s->node_service_.get());
   builder.RegisterService(s->rendezvous_service_.get());
+  builder.RegisterService(s->scaling_service_.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
   creators.push_back(NewRpcMetricsInterceptorFactory(s->server_metrics_.get()));
   builder.experimental().SetInterceptorCreators(std::move(creators));
@@ -198,6 +205,7 @@ absl::StatusOr<std::unique_ptr<LoomdServer>> LoomdServer::Start(const LoomdConfi
     s->metrics_address_ = s->http_server_->address();
   }
   manager->StartTicker(config.tick_interval);
+  s->scale_tests_->StartTicker(std::max(config.tick_interval, absl::Milliseconds(200)));
   LOOM_LOG(INFO) << "loomd serving gRPC (" << (config.tls.cert.empty() ? "plaintext" : "TLS")
                  << ", " << (open ? "no authentication" : "tokens/certificates") << ") on "
                  << s->grpc_address_ << ", metrics on "
@@ -212,6 +220,7 @@ void LoomdServer::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   // Wake every long-lived call first so that the gRPC shutdown does not wait for them.
+  if (scale_tests_) scale_tests_->Shutdown();
   if (manager_) manager_->Shutdown();
   if (rendezvous_) rendezvous_->Shutdown();
   if (logs_) logs_->Shutdown();

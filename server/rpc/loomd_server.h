@@ -1,8 +1,8 @@
 // LoomdServer: loomd assembled. It opens the state directory (SQLite store in WAL mode with the
 // planner's calibration tables, job logs), builds the managers, and serves JobService,
-// NodeService and RendezvousService on one gRPC port (with grpc.health.v1 and server reflection)
-// and /metrics on an HTTP port. main.cc adds flags and signals; the rpc tests start it in process
-// on port 0.
+// NodeService, RendezvousService and ScalingService on one gRPC port (with grpc.health.v1 and
+// server reflection) and /metrics on an HTTP port. main.cc adds flags and signals; the rpc tests
+// start it in process on port 0.
 //
 // Threading: Start() and Shutdown() from one thread; the accessors are thread-safe.
 #pragma once
@@ -29,6 +29,9 @@
 #include "server/rpc/job_service.h"
 #include "server/rpc/node_service.h"
 #include "server/rpc/rendezvous_service.h"
+#include "server/rpc/scaling_service.h"
+#include "server/scaling/scale_test_manager.h"
+#include "server/scaling/scale_test_store.h"
 #include "server/store/job_store.h"
 
 namespace loom::rpc {
@@ -82,6 +85,7 @@ class LoomdServer {
   const std::string& metrics_address() const { return metrics_address_; }
   const std::string& advertise_address() const { return advertise_; }
   jobs::JobManager* manager() { return manager_.get(); }
+  scaling::ScaleTestManager* scale_tests() { return scale_tests_.get(); }
   metrics::Registry* registry() { return registry_.get(); }
 
   // Graceful stop: ends sessions, watches, log followers and rendezvous waits, lets in-flight
@@ -101,6 +105,9 @@ class LoomdServer {
   std::unique_ptr<auth::Authenticator> authenticator_;
   std::unique_ptr<auth::RendezvousSecrets> rendezvous_secrets_;
   std::unique_ptr<jobs::JobManager> manager_;
+  std::unique_ptr<scaling::ScaleTestStore> scale_test_store_;
+  std::unique_ptr<scaling::ScaleTestManager> scale_tests_;
+  std::unique_ptr<ScalingServiceImpl> scaling_service_;
   std::unique_ptr<JobServiceImpl> job_service_;
   std::unique_ptr<NodeServiceImpl> node_service_;
   std::unique_ptr<RendezvousServiceImpl> rendezvous_service_;

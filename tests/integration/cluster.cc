@@ -435,7 +435,8 @@ absl::Status Cluster::StartWorker(int index) {
       absl::StrCat("--rank-program=", test_rank_path_),
       // Data files and shared checkpoint dirs of the tests live in the cluster's temp dir.
       absl::StrCat("--data-roots=", dir_), absl::StrCat("--checkpoint-roots=", dir_),
-      absl::StrCat("--stop-grace-ms=", options_.stop_grace_ms)};
+      absl::StrCat("--stop-grace-ms=", options_.stop_grace_ms),
+      absl::StrCat("--measure-devices=", options_.measure_devices ? "true" : "false")};
   const std::string rank_user =
       !options_.rank_user.empty() ? options_.rank_user : (geteuid() == 0 ? "root" : "");
   if (!rank_user.empty()) argv.push_back(absl::StrCat("--rank-user=", rank_user));

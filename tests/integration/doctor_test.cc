@@ -198,3 +198,66 @@ TEST_F(DoctorIntegrationTest, ASlowRankIsNamedStragglerWithItsNodeAndANormalRunI
 
 }  // namespace
 }  // namespace loom::testing
+
+namespace loom::testing {
+namespace {
+
+// Issue 12 parts 7 and 8 end to end: a worker that measured its CPU device registers it with
+// the figures (Device.peaks), loomd plans the demo job with them ("cpu@measured" calibration,
+// "figures measured on the nodes") and, once the job has run, its goodput accounts for the whole
+// wall time with the steps' own seconds as productive time.
+TEST(MeasuredDevicesIntegrationTest, TheFirstPlanUsesTheNodesFiguresAndGoodputAddsUp) {
+  Cluster cluster(ClusterOptions{.workers = 1,
+                                 .cpu_devices_per_worker = 1,
+                                 .rank_program = "loom-train",
+                                 .measure_devices = true});
+  const absl::Status started = cluster.Start();
+  ASSERT_TRUE(started.ok()) << started;
+  const absl::StatusOr<std::vector<loom::v1::Node>> nodes = cluster.ListNodes();
+  ASSERT_TRUE(nodes.ok()) << nodes.status();
+  ASSERT_EQ(nodes->size(), 1u);
+  const loom::v1::Device& device = nodes->front().devices(0);
+  ASSERT_TRUE(device.has_peaks()) << cluster.LogTails();
+  EXPECT_EQ(device.peaks().gemm_size(), 3);
+  EXPECT_EQ(device.peaks().blocks_size(), 2);
+  EXPECT_GT(device.peaks().optimizer_bytes_per_second(), 0);
+
+  const std::string file = cluster.WriteFile(
+      "job.yaml",
+      "name: measured\nmodel: {preset: tiny}\ndata: {builtin: tiny-corpus}\n"
+      "train: {steps: 30, global_batch_tokens: 1024, lr: 1.0e-3}\n"
+      "resources: {cpu_devices: 1}\nparallelism: {auto: {}}\ncheckpoint: {every_steps: 10}\n");
+  const CommandResult plan = cluster.Loomctl({"plan", "-f", file});
+  EXPECT_EQ(plan.exit_code, 0) << plan.Describe();
+  EXPECT_THAT(plan.out, HasSubstr("figures measured on the nodes"));
+  const CommandResult submit = cluster.Loomctl({"submit", "-f", file});
+  ASSERT_EQ(submit.exit_code, 0) << submit.Describe();
+  const std::string job = submit.out.substr(0, submit.out.find('\n'));
+  absl::StatusOr<loom::v1::Job> done = cluster.WaitForJob(
+      job, [](const loom::v1::Job& j) { return j.state() == loom::v1::SUCCEEDED; },
+      absl::Seconds(60));
+  ASSERT_TRUE(done.ok()) << done.status() << cluster.LogTails();
+  ASSERT_TRUE(done->has_plan());
+  EXPECT_EQ(done->plan().calibration().device_model(), "cpu@measured");
+
+  const loom::v1::Goodput& g = done->goodput();
+  EXPECT_EQ(g.kept_steps(), 30);
+  EXPECT_EQ(g.steps_lost(), 0);
+  EXPECT_GT(g.productive_seconds(), 0);
+  EXPECT_GT(g.starting_seconds(), 0);  // processes, rendezvous, data
+  EXPECT_GT(g.checkpointing_seconds(), 0);
+  const double sum = g.productive_seconds() + g.queued_seconds() + g.starting_seconds() +
+                     g.checkpointing_seconds() + g.restart_seconds() + g.rebalance_seconds() +
+                     g.other_seconds();
+  EXPECT_NEAR(sum, g.wall_seconds(), 1e-6);
+  EXPECT_GT(g.ratio(), 0);
+  EXPECT_LE(g.ratio(), 1);
+  // The same figures through the CLI.
+  const CommandResult get = cluster.Loomctl({"get", job});
+  EXPECT_THAT(get.out, HasSubstr("Goodput:"));
+  std::cerr << "plan:\n" << plan.out << "goodput: " << g.ShortDebugString() << "\n";
+  cluster.Shutdown();
+}
+
+}  // namespace
+}  // namespace loom::testing

@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "loom/v1/job.grpc.pb.h"
 #include "loom/v1/node.grpc.pb.h"
+#include "loom/v1/scaling.grpc.pb.h"
 #include "server/jobs/default_spec_validator.h"
 #include "server/rpc/call_auth.h"
 #include "server/rpc/loomd_server.h"
@@ -426,6 +427,59 @@ TEST_F(SecurityTest, ServingCertificateIsReloadedWithoutARestart) {
   }
   EXPECT_EQ(code, grpc::StatusCode::OK) << "loomd still serves the old certificate after 10 s";
   EXPECT_EQ(list_trusting(certs_ + "/ca.pem"), grpc::StatusCode::UNAVAILABLE);
+}
+
+// Scaling sweeps (ScalingService) belong to a tenant exactly like jobs, and so do their copies.
+TEST_F(SecurityTest, TenantsCannotSeeOrTouchEachOthersScaleTests) {
+  ASSERT_TRUE(Register(node_token_, "n1").ok());  // capacity; no session, so copies stay QUEUED
+  v1::CreateScaleTestRequest create;
+  *create.mutable_spec() = CpuSpec(2);
+  (*create.mutable_spec()->mutable_env())["WANDB_API_KEY"] = "s3cret-of-dev";
+  create.add_devices(1);
+  create.add_devices(2);
+  auto stub = [&] { return v1::ScalingService::NewStub(Channel()); };
+  v1::ScaleTest mine;
+  grpc::Status status = stub()->CreateScaleTest(Ctx(user_token_).get(), create, &mine);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(mine.tenant(), "dev");
+  EXPECT_EQ(mine.state(), v1::SCALE_TEST_RUNNING);
+  ASSERT_EQ(mine.points_size(), 2);
+  ASSERT_FALSE(mine.points(0).job().empty());  // the first copy, created at once
+  EXPECT_TRUE(mine.points(1).job().empty());   // one size at a time
+  v1::Job copy;
+  ASSERT_TRUE(Get(user_token_, mine.points(0).job(), &copy).ok());
+  EXPECT_EQ(copy.tenant(), "dev");
+  EXPECT_EQ(copy.scale_test(), mine.name());
+
+  v1::GetScaleTestRequest get;
+  get.set_name(mine.name());
+  v1::ScaleTest got;
+  status = stub()->GetScaleTest(Ctx(kTeamBToken).get(), get, &got);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(status.error_message(), HasSubstr("another tenant"));
+  v1::CancelScaleTestRequest cancel;
+  cancel.set_name(mine.name());
+  v1::ScaleTest cancelled;
+  status = stub()->CancelScaleTest(Ctx(kTeamBToken).get(), cancel, &cancelled);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Get(kTeamBToken, mine.points(0).job(), &copy).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  v1::ListScaleTestsResponse listed;
+  ASSERT_TRUE(stub()->ListScaleTests(Ctx(kTeamBToken).get(), {}, &listed).ok());
+  EXPECT_EQ(listed.scale_tests_size(), 0);
+  ASSERT_TRUE(stub()->ListScaleTests(Ctx(user_token_).get(), {}, &listed).ok());
+  EXPECT_EQ(listed.scale_tests_size(), 1);
+
+  // The admin sees it without the env values.
+  ASSERT_TRUE(stub()->GetScaleTest(Ctx(admin_token_).get(), get, &got).ok());
+  EXPECT_EQ(got.spec().env().at("WANDB_API_KEY"), kHiddenEnvValue);
+
+  // The owner cancels it, and its queued copy with it.
+  status = stub()->CancelScaleTest(Ctx(user_token_).get(), cancel, &cancelled);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(cancelled.state(), v1::SCALE_TEST_CANCELLED);
+  ASSERT_TRUE(Get(user_token_, mine.points(0).job(), &copy).ok());
+  EXPECT_EQ(copy.state(), v1::CANCELLED);
 }
 
 }  // namespace

@@ -67,15 +67,18 @@ class WorkerBinaryTest : public ::testing::Test {
   }
 
   // Starts loom-worker with its output in <dir>/worker.log and waits for its ready file.
-  void StartWorker() {
-    const std::vector<std::string> args = {LOOM_WORKER_BIN,
-                                           absl::StrCat("--coordinator=127.0.0.1:", server_.port),
-                                           "--work-dir=" + dir_ + "/work",
-                                           "--ready-file=" + dir_ + "/ready.json",
-                                           "--rank-program=" + rank_script_,
-                                           "--cpu-devices=2",
-                                           "--name=binary-test",
-                                           "--stop-grace-ms=2000"};
+  // `measure`: --measure-devices (the rank script then answers --measure-device).
+  void StartWorker(bool measure = false) {
+    const std::vector<std::string> args = {
+        LOOM_WORKER_BIN,
+        measure ? "--measure-devices=true" : "--measure-devices=false",
+        absl::StrCat("--coordinator=127.0.0.1:", server_.port),
+        "--work-dir=" + dir_ + "/work",
+        "--ready-file=" + dir_ + "/ready.json",
+        "--rank-program=" + rank_script_,
+        "--cpu-devices=2",
+        "--name=binary-test",
+        "--stop-grace-ms=2000"};
     std::vector<char*> argv;
     for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
@@ -139,6 +142,51 @@ class WorkerBinaryTest : public ::testing::Test {
   FakeServer server_;
   pid_t worker_pid_ = -1;
 };
+
+// Writes a rank script that answers `--measure-device` with `line` (and runs as before else).
+void WriteMeasuringRankScript(const std::string& path, const std::string& line) {
+  std::ofstream(path) << "#!/bin/sh\nif [ \"$1\" = --measure-device ]; then echo '" << line
+                      << "'; exit 0; fi\nexec sleep 60\n";
+  ::chmod(path.c_str(), 0755);
+}
+
+TEST_F(WorkerBinaryTest, RegistersItsCpuDevicesWithTheFiguresItMeasured) {
+  WriteMeasuringRankScript(
+      rank_script_,
+      R"({"event":"device_peaks","device":"cpu","gemm":[{"rows":1024,"inner":64,"cols":64,)"
+      R"("flops_per_second":2.5e10}],"blocks":[{"hidden":64,"heads":4,"seq_len":64,)"
+      R"("micro_batch":16,"seconds":0.03}],"optimizer_bytes_per_second":4e9,"threads":2,)"
+      R"("measure_seconds":1.5})");
+  StartWorker(/*measure=*/true);
+  ASSERT_TRUE(server_.service.WaitFor([](const auto& regs, const auto&) { return !regs.empty(); }));
+  v1::RegisterNodeRequest reg;
+  server_.service.WaitFor([&](const auto& regs, const auto&) {
+    reg = regs.front();
+    return true;
+  });
+  ASSERT_EQ(reg.devices_size(), 2);
+  for (const v1::Device& d : reg.devices()) {
+    ASSERT_TRUE(d.has_peaks()) << d.DebugString();
+    ASSERT_EQ(d.peaks().gemm_size(), 1);
+    EXPECT_EQ(d.peaks().gemm(0).inner(), 64);
+    EXPECT_DOUBLE_EQ(d.peaks().gemm(0).flops_per_second(), 2.5e10);
+    ASSERT_EQ(d.peaks().blocks_size(), 1);
+    EXPECT_DOUBLE_EQ(d.peaks().blocks(0).seconds(), 0.03);
+    EXPECT_DOUBLE_EQ(d.peaks().optimizer_bytes_per_second(), 4e9);
+    EXPECT_EQ(d.peaks().threads(), 2);
+  }
+}
+
+TEST_F(WorkerBinaryTest, AMeasurementThatPrintsNonsenseRegistersWithoutFigures) {
+  WriteMeasuringRankScript(rank_script_, R"({"event":"device_peaks","gemm":"fast"})");
+  StartWorker(/*measure=*/true);
+  ASSERT_TRUE(server_.service.WaitFor([](const auto& regs, const auto&) { return !regs.empty(); }));
+  server_.service.WaitFor([&](const auto& regs, const auto&) {
+    EXPECT_EQ(regs.front().devices_size(), 2);
+    for (const v1::Device& d : regs.front().devices()) EXPECT_FALSE(d.has_peaks());
+    return true;
+  });
+}
 
 TEST_F(WorkerBinaryTest, SigtermStopsAndReportsEveryRank) {
   StartWorker();

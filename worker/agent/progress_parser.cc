@@ -189,6 +189,13 @@ absl::StatusOr<std::optional<loom::v1::StepReport>> ParseProgressLine(std::strin
   if (kind == "checkpoint") {
     // Progress for loomd's watchdog: a checkpoint of `step` was written.
     report.set_checkpoint(true);
+    // How long the save took (optional; older ranks do not say): loomd's goodput accounting.
+    double seconds = 0;
+    if (absl::Status e = ReadDouble(obj, "seconds", &seconds); !e.ok()) return e;
+    if (seconds < 0 || seconds > 86400) {
+      return absl::InvalidArgumentError("field \"seconds\" must be in [0, 86400]");
+    }
+    report.set_checkpoint_seconds(seconds);
     return std::optional<loom::v1::StepReport>(std::move(report));
   }
   if (kind == "eval") {

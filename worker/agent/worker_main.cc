@@ -20,7 +20,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -33,6 +35,7 @@
 #include "common/ready_file.h"
 #include "common/spec_path.h"
 #include "common/tls.h"
+#include "worker/agent/device_measurement.h"
 #include "worker/agent/gpu_inventory.h"
 #include "worker/agent/node_identity.h"
 #include "worker/agent/node_metrics.h"
@@ -76,6 +79,7 @@ int main(int argc, char** argv) {
   std::string join_token_file;
   bool insecure = false;
   int64_t fence_timeout_ms = 30000;
+  bool measure_devices = true;
   app.add_option("--coordinator", coordinator, "loomd's address, HOST:PORT")->required();
   app.add_option("--listen", listen, "This worker's gRPC address (health, reflection)")
       ->capture_default_str();
@@ -119,6 +123,11 @@ int main(int argc, char** argv) {
                  "or gone) stops itself")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{2000}, int64_t{86'400'000}));
+  app.add_option("--measure-devices", measure_devices,
+                 "Measure the CPU devices with the rank program when starting (a second or "
+                 "two) and register them with those figures, which loomd's planner uses "
+                 "instead of its catalog")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -271,6 +280,8 @@ int main(int argc, char** argv) {
   sup.inherited_env.emplace("OMP_WAIT_POLICY", "passive");
   // Ranks verify loomd's rendezvous port with the CA the worker trusts.
   if (!tls.ca.empty()) sup.inherited_env["LOOM_TLS_CA"] = tls.ca;
+  const std::map<std::string, std::string> supervisor_env(sup.inherited_env.begin(),
+                                                          sup.inherited_env.end());
   Supervisor supervisor(std::move(sup), &buffer);
   if (absl::Status st = supervisor.Start(); !st.ok()) {
     LOOM_LOG(ERROR) << st.message();
@@ -284,7 +295,23 @@ int main(int argc, char** argv) {
   v1::RegisterNodeRequest& reg = session_options.registration;
   reg.set_node_id(name);
   reg.set_hostname(hostname);
-  for (const v1::Device& d : devices) *reg.add_devices() = d;
+  std::optional<v1::DevicePeaks> peaks;
+  if (measure_devices && cpu_devices > 0) {
+    absl::StatusOr<v1::DevicePeaks> measured =
+        MeasureCpuDevices(rank_program, supervisor_env, *rank_identity, absl::Seconds(60));
+    if (measured.ok()) {
+      peaks = *std::move(measured);
+      LOOM_LOG(INFO) << "measured the CPU devices in " << peaks->measure_seconds() << " s";
+    } else {
+      LOOM_LOG(WARNING) << "CPU devices not measured (the planner uses its catalog): "
+                        << measured.status().message();
+    }
+  }
+  for (const v1::Device& d : devices) {
+    v1::Device* added = reg.add_devices();
+    *added = d;
+    if (peaks.has_value() && d.kind() == v1::DEVICE_KIND_CPU) *added->mutable_peaks() = *peaks;
+  }
   reg.set_address(grpc_address);
   reg.set_metrics_address(metrics_address);
   SessionCallbacks callbacks;

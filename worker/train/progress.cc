@@ -110,9 +110,10 @@ void Progress::Eval(int64_t step, float val_loss) {
     std::fprintf(stderr, "step %lld: val loss %.4f\n", static_cast<long long>(step), val_loss);
 }
 
-void Progress::Checkpoint(int64_t step, const std::string& dir) {
+void Progress::Checkpoint(int64_t step, const std::string& dir, double seconds) {
   JsonObject o;
   o.Add("event", "checkpoint").Add("rank", rank_).Add("step", step).Add("dir", dir);
+  o.Add("seconds", seconds);
   Emit(o.str());
 }
 

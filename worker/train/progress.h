@@ -23,7 +23,8 @@ class Progress {
 
   void Step(const StepResult& r);
   void Eval(int64_t step, float val_loss);
-  void Checkpoint(int64_t step, const std::string& dir);
+  // `seconds`: how long the save took on this rank (every rank waited for it).
+  void Checkpoint(int64_t step, const std::string& dir, double seconds);
 
   // The JSON line of a step (without the newline); public for tests.
   std::string StepJson(const StepResult& r) const;

@@ -27,12 +27,17 @@
 #include "worker/train/device/caching_allocator.h"
 #include "worker/train/diag/fence.h"
 #include "worker/train/error.h"
+#include "worker/train/measure/device_peaks.h"
 #include "worker/train/profiler/trace_recorder.h"
 #include "worker/train/progress.h"
 #include "worker/train/trainer.h"
 
 namespace loom::train {
 namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
 
 // Reads the spec (--spec, else LOOM_SPEC_FILE, else nothing) with the flags laid over it.
 JobConfig LoadConfig(const Flags& flags, const RankEnv& env) {
@@ -346,8 +351,9 @@ int TrainOnCuda(const JobConfig& config, const BatchShape& shape, const RankEnv&
     const bool save_on_stop = stop && env.world_size == 1 && !checkpoint_dir.empty();
     if (!checkpoint_dir.empty() && (periodic || last || save_on_stop)) {
       // Every rank takes part (dp rank 0 writes, then all meet); dp rank 0 announces it.
+      const auto save_start = std::chrono::steady_clock::now();
       const std::string saved = trainer->Save(checkpoint_dir, env.generation);
-      if (shape.dp_rank == 0) progress.Checkpoint(r.step, saved);
+      if (shape.dp_rank == 0) progress.Checkpoint(r.step, saved, SecondsSince(save_start));
       if (env.rank == 0) PruneCheckpoints(checkpoint_dir, config.checkpoint_keep);
     }
     if (stop) {
@@ -377,6 +383,12 @@ int TestSlowRankMs(const std::function<const char*(const char*)>& getenv, int ra
 
 int Run(const std::vector<std::string>& args, const std::function<const char*(const char*)>& getenv,
         const RunOptions& options) {
+  // loom-worker measures its CPU devices with `loom-train --measure-device` when it starts
+  // (measure/device_peaks.h): one JSON line on stdout, nothing else read or written.
+  if (args.size() == 1 && args[0] == "--measure-device") {
+    std::puts(CpuPeaksJson(MeasureCpuPeaks()).c_str());
+    return kExitOk;
+  }
   Flags flags = ParseFlags(args);
   if (flags.help) {
     std::fputs(FlagsUsage(), stdout);
@@ -462,9 +474,10 @@ int Run(const std::vector<std::string>& args, const std::function<const char*(co
 
   Progress progress(env.rank, config.steps, env.progress_fd, ::isatty(2) == 1 && !flags.quiet);
   auto save = [&](int64_t step) {
+    const auto save_start = std::chrono::steady_clock::now();
     const std::string saved = trainer.Save(checkpoint_dir, env.generation);
     // Announced by the ranks that wrote a shard, as before by the one writer of dp.
-    if (shape.dp_rank == 0) progress.Checkpoint(step, saved);
+    if (shape.dp_rank == 0) progress.Checkpoint(step, saved, SecondsSince(save_start));
     // The committer prunes, after the commit that every rank waited for in Save.
     if (env.rank == 0) PruneCheckpoints(checkpoint_dir, config.checkpoint_keep);
   };

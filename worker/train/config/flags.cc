@@ -178,6 +178,9 @@ spec.
   --dp-bucket-mb X         data-parallel gradient bucket size in MiB (default 25)
   --dp-overlap BOOL        all-reduce gradient buckets while backward runs (default true);
                            false waits for the whole backward first (for measurements)
+  --measure-device         (alone) measure this CPU's matmul, block and optimizer rates with
+                           the training kernels and print them as one JSON line (loom-worker
+                           runs it when it starts; docs/rank-contract.md)
 
 Exit status: 0 success, 2 bad configuration or input, 1 crash.
 )";
