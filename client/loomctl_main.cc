@@ -13,6 +13,7 @@
 #include "client/exit_codes.h"
 #include "client/output_format.h"
 #include "client/scale_test_command.h"
+#include "client/trace_command.h"
 #include "common/tls.h"
 
 int main(int argc, char** argv) {
@@ -101,6 +102,15 @@ int main(int argc, char** argv) {
       app.add_subcommand("doctor", "Show what the doctor found in a running job, with fixes");
   doctor->add_option("JOB", job, "abc or jobs/abc")->required();
 
+  TraceArgs trace_args;
+  CLI::App* trace = app.add_subcommand(
+      "trace", "Write every rank's phases of a running job as a Perfetto / Chrome trace");
+  trace->add_option("JOB", trace_args.job, "abc or jobs/abc")->required();
+  trace->add_option("--steps", trace_args.steps,
+                    "Steps A:B (at most 64; default: the last 8 steps rank 0 reported)");
+  trace->add_option("-o,--output", trace_args.file, "The file to write ('-' for stdout)")
+      ->capture_default_str();
+
   CLI::App* cancel = app.add_subcommand("cancel", "Cancel a job (its ranks are stopped)");
   cancel->add_option("JOB", job, "abc or jobs/abc")->required();
 
@@ -166,6 +176,7 @@ int main(int argc, char** argv) {
   if (*cancel) return RunCancel(ctx, job);
   if (*doctor) return RunDoctor(ctx, job);
   if (*scale) return RunScaleTest(ctx, scale_args);
+  if (*trace) return RunTrace(ctx, trace_args);
   if (*drain) return RunDrainNode(ctx, drain_args);
   if (*del) return RunDeleteNode(ctx, delete_node, delete_force);
   if (*nodes || *nodes_list) return RunNodes(ctx);

@@ -60,6 +60,7 @@
 #include "server/jobs/job_watchers.h"
 #include "server/jobs/log_store.h"
 #include "server/jobs/step_time_window.h"
+#include "server/jobs/trace_collector.h"
 #include "server/metrics/server_metrics.h"
 #include "server/nodes/node_registry.h"
 #include "server/rendezvous/rendezvous_store.h"
@@ -115,6 +116,9 @@ struct JobManagerOptions {
   // A gang moved off a draining node waits this long before it is placed again, so that the
   // ranks on the node have the worker's stop grace to checkpoint and exit first.
   absl::Duration drain_requeue_delay = absl::Seconds(10);
+  // GetJobTrace waits at most this long for every node of the gang to send its ranks' trace
+  // events; the nodes still silent are named in JobTrace.missing_nodes.
+  absl::Duration trace_wait = absl::Seconds(5);
 
   // ---- Nodes ----
   nodes::DeviceLimits device_limits;
@@ -259,6 +263,20 @@ class JobManager {
   static constexpr int kMaxRebalances = 2;
   static constexpr int kRebalanceVerifyWindows = 4;
   static constexpr double kRebalanceMinGain = 0.03;
+
+  // ---- Timelines (job_manager_trace.cc) ----
+
+  // Every rank's phases over a step range of a RUNNING job, read from the ranks' trace rings
+  // through their workers (see TraceCollector for the bounds). INVALID_ARGUMENT for a bad name
+  // or range (ValidateTraceSteps), NOT_FOUND for an unknown job, FAILED_PRECONDITION for a job
+  // that is not RUNNING (or, for the default range, has reported no step yet),
+  // RESOURCE_EXHAUSTED when too many requests are in flight. Blocks up to trace_wait.
+  absl::StatusOr<v1::JobTrace> GetJobTrace(const v1::GetJobTraceRequest& request);
+  // The most steps one GetJobTrace covers, the steps of the default range (both 0: the last
+  // ones rank 0 reported), and the most events loomd keeps per request.
+  static constexpr int64_t kMaxTraceSteps = 64;
+  static constexpr int64_t kDefaultTraceSteps = 8;
+  static constexpr size_t kMaxTraceEvents = size_t{1} << 20;
 
  private:
   // Everything the manager knows about a job that is not terminal.
@@ -480,11 +498,16 @@ class JobManager {
   bool first_job_noted_ ABSL_GUARDED_BY(mu_) = false;  // on_first_job was called
   JobWatchers watchers_;
   std::function<void(const v1::StepReport&)> step_observer_;  // set before serving
+  TraceCollector traces_;  // its own lock (see trace_collector.h)
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 
   absl::Notification stop_ticker_;
   std::thread ticker_;
 };
+
+// OK for a GetJobTrace step range: both 0 (the latest steps), or 1 <= first <= last with at most
+// JobManager::kMaxTraceSteps steps; INVALID_ARGUMENT naming first_step / last_step otherwise.
+absl::Status ValidateTraceSteps(int64_t first_step, int64_t last_step);
 
 // Parses "jobs/{job}" and returns {job}; INVALID_ARGUMENT "name must look like jobs/{job} ..."
 // for anything else. `field` names the request field in the message.

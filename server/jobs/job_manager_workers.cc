@@ -202,6 +202,8 @@ absl::Status JobManager::HandleWorkerMessage(std::string_view node_id, uint64_t 
       case v1::WorkerMessage::kStackDump:
         HandleStackDumpLocked(node_name, message.stack_dump());
         break;
+      case v1::WorkerMessage::kTraceChunk:
+        break;  // below, outside the lock
       case v1::WorkerMessage::kHello:
         return absl::InvalidArgumentError(
             "hello may only be the first message of a session; open a new session instead");
@@ -212,6 +214,8 @@ absl::Status JobManager::HandleWorkerMessage(std::string_view node_id, uint64_t 
   }
   // Disk I/O for logs happens outside the lock.
   if (message.has_logs()) AppendLogs(node_name, message.logs());
+  // Timeline chunks go to the request waiting for them (its own lock; bounded there).
+  if (message.has_trace_chunk()) traces_.Accept(node_name, message.trace_chunk());
   return absl::OkStatus();
 }
 

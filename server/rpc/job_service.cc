@@ -86,6 +86,18 @@ grpc::Status JobServiceImpl::GetJobReport(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status JobServiceImpl::GetJobTrace(grpc::ServerContext* context,
+                                         const v1::GetJobTraceRequest* request,
+                                         v1::JobTrace* response) {
+  absl::StatusOr<auth::Principal> who =
+      AuthorizeJob(context, authenticator_, manager_, request->name(), nullptr);
+  if (!who.ok()) return ToGrpcStatus(who.status());
+  absl::StatusOr<v1::JobTrace> trace = manager_->GetJobTrace(*request);
+  if (!trace.ok()) return ToGrpcStatus(trace.status());
+  *response = std::move(*trace);
+  return grpc::Status::OK;
+}
+
 grpc::Status JobServiceImpl::PlanJob(grpc::ServerContext* context,
                                      const v1::PlanJobRequest* request,
                                      v1::PlanJobResponse* response) {

@@ -51,6 +51,10 @@ class JobServiceImpl final
   // The doctor's report; tenant-checked exactly like GetJob (another tenant's job is NOT_FOUND).
   grpc::Status GetJobReport(grpc::ServerContext* context, const v1::GetJobReportRequest* request,
                             v1::JobReport* response) override;
+  // Every rank's timeline over a step range (JobManager::GetJobTrace); tenant-checked like
+  // GetJob. Holds its handler thread up to loomd's trace wait.
+  grpc::Status GetJobTrace(grpc::ServerContext* context, const v1::GetJobTraceRequest* request,
+                           v1::JobTrace* response) override;
   // The current job first, then every update; ends after a terminal state, when the client
   // goes away, or when loomd shuts down.
   // RESOURCE_EXHAUSTED when the caller already holds its limit of open streams.

@@ -249,6 +249,22 @@ TEST_F(SecurityTest, TenantsCannotSeeOrTouchEachOthersJobs) {
     EXPECT_EQ(report.job(), mine.name());
     EXPECT_THAT(report.note(), HasSubstr("QUEUED"));
   }
+  {
+    // The timeline: another tenant is denied before anything is fetched; the owner's QUEUED job
+    // has none yet (FAILED_PRECONDITION naming the state).
+    v1::GetJobTraceRequest request;
+    request.set_name(mine.name());
+    request.set_first_step(1);
+    request.set_last_step(2);
+    v1::JobTrace trace;
+    status =
+        v1::JobService::NewStub(Channel())->GetJobTrace(Ctx(kTeamBToken).get(), request, &trace);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    status =
+        v1::JobService::NewStub(Channel())->GetJobTrace(Ctx(user_token_).get(), request, &trace);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_THAT(status.error_message(), HasSubstr("RUNNING"));
+  }
   // The same request_id from another tenant is another job, not the first tenant's.
   v1::Job theirs;
   ASSERT_TRUE(Create(kTeamBToken, CreateRequest(CpuSpec(1), "req-1"), &theirs).ok());

@@ -371,6 +371,7 @@ TEST(RankEnvironmentTest, HasExactlyTheContractVariablesPlusSpecEnv) {
       {"LOOM_SPEC_FILE", "/w/jobs/abc-1/spec.json"},
       {"LOOM_CHECKPOINT_DIR", "/w/jobs/abc-1/checkpoints"},
       {"LOOM_WORK_DIR", "/w/jobs/abc-1"},
+      {"LOOM_TRACE_FILE", "/w/jobs/abc-1/trace-rank-3.ring"},
       {"LOOM_PROGRESS_FD", "3"},
       {"LOOM_FENCE_FD", "5"},
       {"LOOM_FENCE_TIMEOUT_MS", "30000"},

@@ -3,6 +3,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "worker/agent/trace_responder.h"
 
 namespace loom::worker {
 
@@ -45,6 +46,7 @@ std::map<std::string, std::string> BuildRankEnvironment(const loom::v1::Assignme
   env["LOOM_SPEC_FILE"] = paths.spec_file;
   env["LOOM_CHECKPOINT_DIR"] = paths.checkpoint_dir;
   env["LOOM_WORK_DIR"] = paths.work_dir;
+  env["LOOM_TRACE_FILE"] = TraceFilePath(paths.work_dir, rank.rank());
   env["LOOM_PROGRESS_FD"] = absl::StrCat(kProgressFd);
   env["LOOM_FENCE_FD"] = absl::StrCat(kFenceFd);
   env["LOOM_FENCE_TIMEOUT_MS"] = absl::StrCat(fence_timeout_ms);

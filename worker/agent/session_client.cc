@@ -178,6 +178,8 @@ absl::Status SessionClient::RunOnce(bool* established) {
         if (callbacks_.on_cancel) callbacks_.on_cancel(message.cancel());
       } else if (message.has_dump_stacks()) {
         if (callbacks_.on_dump_stacks) callbacks_.on_dump_stacks(message.dump_stacks());
+      } else if (message.has_trace_request()) {
+        if (callbacks_.on_trace_request) callbacks_.on_trace_request(message.trace_request());
       } else {
         LOOM_LOG(WARNING) << "session: ignoring a coordinator message of unknown kind";
       }

@@ -39,6 +39,7 @@ struct SessionCallbacks {
   std::function<void(loom::v1::Assignment)> on_assign;
   std::function<void(const loom::v1::CancelAssignment&)> on_cancel;
   std::function<void(const loom::v1::DumpStacks&)> on_dump_stacks;
+  std::function<void(const loom::v1::TraceRequest&)> on_trace_request;
 };
 
 struct SessionOptions {

@@ -45,6 +45,7 @@
 #include "worker/agent/rank_user.h"
 #include "worker/agent/session_client.h"
 #include "worker/agent/supervisor.h"
+#include "worker/agent/trace_responder.h"
 
 extern char** environ;
 
@@ -322,6 +323,10 @@ int main(int argc, char** argv) {
   callbacks.on_dump_stacks = [&supervisor](const v1::DumpStacks& d) {
     supervisor.DumpStacks(d.job(), d.generation());
   };
+  // Timelines (`loomctl trace`): the ranks' trace rings read on loomd's request.
+  TraceResponder traces({.work_dir = work_path.string()},
+                        [&buffer](v1::WorkerMessage m) { buffer.Push(std::move(m)); });
+  callbacks.on_trace_request = [&traces](const v1::TraceRequest& r) { traces.Request(r); };
   SessionClient session(std::move(session_options), &buffer, std::move(callbacks));
   NodeMetrics node_metrics(
       &registry, devices,

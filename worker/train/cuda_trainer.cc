@@ -84,6 +84,7 @@ StepResult CudaTrainer::Step() {
   StepResult r;
   const Clock::time_point start = Clock::now();
   NvtxRange step_range("step");
+  const int64_t trace_start = trace_ ? trace_->BeginStep(step_ + 1) : 0;
   timer_.BeginStep();
   model_.ZeroGrad();
   const int dp = shape_.dp_size;
@@ -142,6 +143,7 @@ StepResult CudaTrainer::Step() {
   model_.Update(adam_, static_cast<float>(r.lr), grad_scale, ++optimizer_step_);
   ++step_;
   const PhaseSeconds phases = timer_.EndStep();  // waits for the stream
+  if (trace_) RecordTimeline(trace_start);
   const double step_s = std::chrono::duration<double>(Clock::now() - start).count();
   for (int p = 0; p < static_cast<int>(Phase::kCount); ++p) r.times.seconds[p] = phases[p];
   r.times.step_seconds = step_s;
@@ -200,6 +202,39 @@ float CudaTrainer::Evaluate() {
 }
 
 CudaTrainer::~CudaTrainer() = default;
+
+void CudaTrainer::RecordTimeline(int64_t step_start) {
+  int micro = -1;
+  for (const CudaPhaseTimer::Span& s : timer_.spans()) {
+    TraceKind kind;
+    switch (s.phase) {
+      case Phase::kData:
+        kind = TraceKind::kData;
+        ++micro;
+        break;
+      case Phase::kForward:
+        kind = TraceKind::kForward;
+        break;
+      case Phase::kBackward:
+        kind = TraceKind::kBackward;
+        break;
+      case Phase::kCommExposed:
+        kind = TraceKind::kDpWait;
+        break;
+      case Phase::kOptimizer:
+        kind = TraceKind::kOptimizer;
+        break;
+      default:
+        continue;
+    }
+    const bool per_micro =
+        kind == TraceKind::kData || kind == TraceKind::kForward || kind == TraceKind::kBackward;
+    trace_->Record(kind, step_start + std::llround(s.start * 1e9),
+                   step_start + std::llround(s.end * 1e9), per_micro ? micro : -1, 0,
+                   per_micro && kind != TraceKind::kData ? 0 : -1);
+  }
+  trace_->Since(TraceKind::kStep, step_start, -1);
+}
 
 size_t CudaTrainer::num_buckets() const {
 #ifdef LOOM_HAVE_NCCL

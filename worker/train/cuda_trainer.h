@@ -66,12 +66,19 @@ class CudaTrainer : public DeviceTrainer {
   CheckpointMeta Resume(const std::string& dir) override;
   // An NCCL all-gather over dp (fp32: steps exact below 2^24).
   std::vector<int64_t> GatherResumeSteps(int64_t step) override;
+  // Each step's phases as the CUDA events measured them (data, forward and backward per
+  // micro-batch, the wait for the buckets, the optimizer), placed on the host's clock by the
+  // step's first event, recorded when the stream is idle (the previous step synchronised).
+  void set_trace(TraceRecorder* trace) override { trace_ = trace; }
   GptCuda& model() { return model_; }
   size_t num_buckets() const;  // the data-parallel gradient buckets (0 without dp)
 
   static constexpr int kMaxEvalBatches = 32;  // as Trainer::kMaxEvalBatches
 
  private:
+  // The step's CUDA-event spans (timer_.spans()) as trace records, from the steady instant
+  // `step_start` at which the step's first event was recorded.
+  void RecordTimeline(int64_t step_start);
   JobConfig config_;
   BatchShape shape_;
   GptCuda model_;  // before timer_: it selects the device and creates the stream
@@ -87,6 +94,7 @@ class CudaTrainer : public DeviceTrainer {
   std::vector<int> inputs_;   // (B, T) host
   std::vector<int> targets_;  // (B, T) host
   int64_t step_ = 0;          // completed optimizer steps
+  TraceRecorder* trace_ = nullptr;
   // AdamW's step count (bias correction): step_, unless a resumed checkpoint says otherwise.
   int64_t optimizer_step_ = 0;
   // StepResult::device_allocations is the growth of the allocator's num_device_allocs since the

@@ -47,6 +47,10 @@ class DeviceTrainer {
   // checkpoints (as AgreeOnResume on the CPU). A collective: every rank calls it, before Resume.
   // One rank: {step}.
   virtual std::vector<int64_t> GatherResumeSteps(int64_t step) { return {step}; }
+
+  // The rank's timeline (profiler/trace_recorder.h; not owned, outlives the trainer; nullptr:
+  // none): every step's phases become records. A trainer that records none ignores it.
+  virtual void set_trace(TraceRecorder* trace) { (void)trace; }
 };
 
 // What a device trainer needs beyond the job: how to meet its data-parallel peers (dp > 1) and

@@ -28,6 +28,7 @@
 #include "worker/train/diag/fence.h"
 #include "worker/train/error.h"
 #include "worker/train/measure/device_peaks.h"
+#include "worker/train/profiler/trace_recorder.h"
 #include "worker/train/progress.h"
 #include "worker/train/trainer.h"
 
@@ -251,6 +252,15 @@ void ReportResume(const std::string& dir, const CheckpointMeta& meta, const JobC
   }
 }
 
+// The timeline ring (profiler/trace_ring.h) at LOOM_TRACE_FILE, where the worker asks for one;
+// a ring that cannot be made costs the timeline only (one line on stderr), never the training.
+std::unique_ptr<TraceRecorder> OpenTrace(const RankEnv& env,
+                                         const std::function<const char*(const char*)>& getenv) {
+  const char* path = getenv("LOOM_TRACE_FILE");
+  if (path == nullptr || *path == '\0') return nullptr;
+  return TraceRecorder::Open(path, env.rank, env.generation);
+}
+
 int TrainOnCuda(const JobConfig& config, const BatchShape& shape, const RankEnv& env,
                 const Flags& flags, int device, const std::string& checkpoint_dir,
                 const DeviceTrainerOptions& trainer_options,
@@ -269,8 +279,11 @@ int RunOnCuda(const JobConfig& config, const BatchShape& shape, const Dataset& d
   trainer_options.bucket_bytes =
       std::max<size_t>(sizeof(float), static_cast<size_t>(flags.dp_bucket_mb * 1048576.0));
   trainer_options.dp_overlap = flags.dp_overlap;
+  // Before the trainer: it outlives it (see the CPU path's ring in Run).
+  std::unique_ptr<TraceRecorder> trace = OpenTrace(env, getenv);
   std::unique_ptr<DeviceTrainer> trainer =
       options.cuda_trainer(config, shape, data, device, trainer_options);
+  trainer->set_trace(trace.get());
   try {
     return TrainOnCuda(config, shape, env, flags, device, checkpoint_dir, trainer_options,
                        options.stop_requested, trainer.get());
@@ -428,6 +441,8 @@ int Run(const std::vector<std::string>& args, const std::function<const char*(co
   trainer_options.dp_overlap = flags.dp_overlap;
   trainer_options.stop_requested = options.stop_requested;
   trainer_options.test_forward_sleep_ms = TestSlowRankMs(getenv, env.rank);
+  std::unique_ptr<TraceRecorder> trace = OpenTrace(env, getenv);
+  trainer_options.trace = trace.get();
   TrainerComms comms{groups.world.get(), groups.dp.get(), groups.tp.get(), groups.pp.get(),
                      groups.emb.get()};
   Trainer trainer(config, shape, data, comms, trainer_options);

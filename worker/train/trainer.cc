@@ -87,6 +87,7 @@ Trainer::Trainer(const JobConfig& config, const BatchShape& shape, const Dataset
   LOOM_CHECK(comms_.world != nullptr ? comms_.world->size() == world : world == 1,
              "the world communicator does not match the layout");
   model_.InitWeights(config.seed);
+  model_.set_trace(options_.trace);
   if (!Alone(comms_.dp)) {
     // ZeRO-1 reduce-scatters the gradients once after backward instead of all-reducing them in
     // buckets (parallel/zero_optimizer.h).
@@ -123,24 +124,32 @@ double Trainer::RunSchedule(CommBytes* bytes) {
   for (const PipeOp& op : ops_) {
     const int m = op.micro;
     const int slot = m % slots_;
+    if (options_.trace) options_.trace->set_micro(m);
     if (op.kind == PipeOp::kForward) {
       profiler_.Enter(Phase::kData);
+      int64_t t = TraceStart();
       // Every stage draws the same micro-batch (a pure function of the step): the first needs
       // its tokens, the last its targets.
       sampler_.Fill(step_, m, inputs_[slot].data(), targets_[slot].data());
+      Trace(TraceKind::kData, t, m);
       const float* input = nullptr;
       if (!first) {
         profiler_.Enter(Phase::kBubble);
+        t = TraceStart();
         comms_.pp->Recv(act_in_[slot].data(), btc, shape_.pp_rank - 1, Tag(m, kActivation))->Wait();
+        Trace(TraceKind::kPpRecvActivation, t, m, btc * sizeof(float), shape_.pp_rank - 1);
         bytes->pp_send_recv += btc * sizeof(float);
         input = act_in_[slot].data();
       }
       if (!last && act_sends_[slot]) {
         // The slot's previous activations must have left before they are overwritten.
         profiler_.Enter(Phase::kBubble);
+        t = TraceStart();
         act_sends_[slot]->Wait();
+        Trace(TraceKind::kPpSendWait, t, m, 0, shape_.pp_rank + 1);
       }
       profiler_.Enter(Phase::kForward);
+      t = TraceStart();
       if (options_.test_forward_sleep_ms > 0) {
         std::this_thread::sleep_for(std::chrono::milliseconds(options_.test_forward_sleep_ms));
       }
@@ -153,15 +162,21 @@ double Trainer::RunSchedule(CommBytes* bytes) {
             comms_.pp->Send(act_out_[slot].data(), btc, shape_.pp_rank + 1, Tag(m, kActivation));
         bytes->pp_send_recv += btc * sizeof(float);
       }
+      // aux: the stage; bytes: the activations sent on (0 on the last stage).
+      Trace(TraceKind::kForward, t, m, last ? 0 : btc * sizeof(float), shape_.pp_rank);
     } else {
       const float* doutput = nullptr;
+      int64_t t = 0;
       if (!last) {
         profiler_.Enter(Phase::kBubble);
+        t = TraceStart();
         comms_.pp->Recv(grad_in_[slot].data(), btc, shape_.pp_rank + 1, Tag(m, kGradient))->Wait();
+        Trace(TraceKind::kPpRecvGradient, t, m, btc * sizeof(float), shape_.pp_rank + 1);
         bytes->pp_send_recv += btc * sizeof(float);
         doutput = grad_in_[slot].data();
       }
       profiler_.Enter(Phase::kBackward);
+      t = TraceStart();
       // The step's loss is the mean over its K micro-batches. Only the last micro-batch's
       // backward launches buckets: accumulation communicates once per step.
       GPT::GradReadyFn ready;
@@ -169,10 +184,14 @@ double Trainer::RunSchedule(CommBytes* bytes) {
         ready = [this](int stage) { buckets_->StageReady(stage); };
       }
       model_.BackwardMicro(slot, 1.0f / static_cast<float>(K), doutput, ready);
+      // aux: the stage; bytes: the input gradient sent back (0 on the first stage).
+      Trace(TraceKind::kBackward, t, m, first ? 0 : btc * sizeof(float), shape_.pp_rank);
       if (!first) {
         if (grad_sends_[slot]) {
           profiler_.Enter(Phase::kBubble);
+          t = TraceStart();
           grad_sends_[slot]->Wait();
+          Trace(TraceKind::kPpSendWait, t, m, 0, shape_.pp_rank - 1);
           profiler_.Enter(Phase::kBackward);
         }
         std::memcpy(grad_out_[slot].data(), model_.InputGrad(), btc * sizeof(float));
@@ -182,8 +201,11 @@ double Trainer::RunSchedule(CommBytes* bytes) {
       }
     }
   }
+  if (options_.trace) options_.trace->set_micro(-1);
   profiler_.Enter(Phase::kBubble);
+  const int64_t drain = TraceStart();
   WaitSends();
+  if (shape_.pp_size > 1) Trace(TraceKind::kPpSendWait, drain);
   if (shape_.tp_size > 1) {
     // Two all-reduces of (B, T, C) per block in each direction per micro-batch (gpt.h).
     const size_t blocks = static_cast<size_t>(shape_.last_block() - shape_.first_block());
@@ -211,6 +233,7 @@ StepResult Trainer::Step() {
     model_.set_block_costs(&block_costs_);
   }
   profiler_.BeginStep();
+  const int64_t step_start = options_.trace ? options_.trace->BeginStep(step_ + 1) : 0;
   model_.ZeroGrad();
   if (buckets_) buckets_->Begin(model_.grads());
   const double loss_sum = RunSchedule(&r.comm);
@@ -218,16 +241,29 @@ StepResult Trainer::Step() {
     // The pipeline drains: a stage that finished its ops waits for the others here, which is
     // bubble (otherwise it would show as waiting on the step's later collectives).
     profiler_.Enter(Phase::kBubble);
+    const int64_t t = TraceStart();
     comms_.pp->Barrier()->Wait();
+    Trace(TraceKind::kPipelineDrain, t);
   }
   float loss = static_cast<float>(loss_sum / K);
   const bool alone = Alone(comms_.world);
   double bucket_wait = 0.0;  // seconds waited on the gradient buckets after backward
   if (buckets_) {
     profiler_.Enter(Phase::kCommExposed);
+    const int64_t t = TraceStart();
     bucket_wait = buckets_->Finish();
     r.dp_comm_seconds = buckets_->comm_seconds();
     r.comm.dp_all_reduce = buckets_->bytes_per_step();
+    Trace(TraceKind::kDpWait, t, -1, r.comm.dp_all_reduce);
+    if (options_.trace) {
+      // The buckets ran on the communication thread while backward went on: their own records.
+      const std::vector<GradBuckets::Span>& spans = buckets_->spans();
+      for (size_t i = 0; i < spans.size(); ++i) {
+        options_.trace->Record(TraceKind::kDpBucketAllReduce, TraceRecorder::Nanos(spans[i].began),
+                               TraceRecorder::Nanos(spans[i].done), -1, spans[i].bytes,
+                               static_cast<int32_t>(i));
+      }
+    }
   }
   const std::vector<TensorInfo>& table = model_.tensors();
   if (comms_.emb != nullptr) {
@@ -236,8 +272,10 @@ StepResult Trainer::Step() {
     profiler_.Enter(Phase::kCommExposed);
     const TensorInfo& wte = table[0];
     LOOM_CHECK(wte.name == "wte" && wte.numel > 0, "an embedding-group rank without wte");
+    const int64_t t = TraceStart();
     comms_.emb->AllReduceSum(model_.grads() + wte.offset, wte.numel)->Wait();
     r.comm.emb_all_reduce = wte.numel * sizeof(float);
+    Trace(TraceKind::kEmbAllReduce, t, -1, r.comm.emb_all_reduce);
   }
   if (zero_) {
     // ZeRO-1: this rank's range of the dp mean. Both sums are linear, so the embedding group's
@@ -247,15 +285,18 @@ StepResult Trainer::Step() {
     // knows (server/metrics), at the padded input's size, as the all-reduce would be.
     profiler_.Enter(Phase::kCommExposed);
     const auto start = std::chrono::steady_clock::now();
+    const int64_t t = TraceStart();
     zero_->ReduceScatter(model_.grads(), 1.0f / static_cast<float>(shape_.dp_size));
     // All of it exposed: no buckets, so the overlap ratio stays 0.
     r.dp_comm_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     r.comm.dp_all_reduce = zero_->reduce_scatter_bytes();
+    Trace(TraceKind::kZeroReduceScatter, t, -1, r.comm.dp_all_reduce);
   }
   // The part of the gradients this rank reduced and updates: its ZeRO-1 range or everything.
   const size_t begin = optimizer_.begin(), end = optimizer_.end();
   profiler_.Enter(Phase::kOptimizer);
+  const int64_t optimizer_start = TraceStart();
   const bool stop_here = options_.stop_requested && options_.stop_requested();
   if (alone) {
     r.grad_norm = GradNorm(model_.grads(), table);
@@ -279,8 +320,10 @@ StepResult Trainer::Step() {
         last_stage() && shape_.tp_rank == 0 ? loss / static_cast<float>(shape_.dp_size) : 0.0f,
         static_cast<float>(sumsq), stop_here ? 1.0f : 0.0f};
     profiler_.Enter(Phase::kCommExposed);
+    const int64_t t = TraceStart();
     comms_.world->AllReduceSum(shared, 3)->Wait();
     r.comm.world_all_reduce = sizeof(shared);
+    Trace(TraceKind::kWorldAllReduce, t, -1, sizeof(shared));
     profiler_.Enter(Phase::kOptimizer);
     loss = shared[0];
     r.grad_norm = std::sqrt(static_cast<double>(std::max(shared[1], 0.0f)));
@@ -294,14 +337,19 @@ StepResult Trainer::Step() {
   ClipGradients(model_.grads() + begin, end - begin, r.grad_norm, config_.grad_clip);
   r.lr = LearningRate(schedule_, step_);
   optimizer_.Update(model_.params(), model_.grads(), table, static_cast<float>(r.lr));
+  // The world all-reduce above is a record nested inside this one.
+  Trace(TraceKind::kOptimizer, optimizer_start);
   if (zero_) {
     // Every dp rank updated its range; everyone needs every range.
     profiler_.Enter(Phase::kCommExposed);
+    const int64_t t = TraceStart();
     zero_->Gather(model_.params() + optimizer_.begin(), model_.params());
     r.comm.all_gather = zero_->bytes_per_call();
+    Trace(TraceKind::kZeroAllGather, t, -1, r.comm.all_gather);
   }
   ++step_;
   r.times = profiler_.EndStep(int64_t{B} * T * K);  // this rank's tokens, as before
+  Trace(TraceKind::kStep, step_start);
   if (sample) {
     model_.set_block_costs(nullptr);
     r.has_block_costs = true;
@@ -334,6 +382,9 @@ float Trainer::Evaluate() {
   const size_t btc = static_cast<size_t>(shape_.B) * shape_.T * config_.model.channels;
   const bool first = first_stage(), last = last_stage();
   if (act_in_.empty() && !first) act_in_.assign(1, std::vector<float>(btc));
+  // Evaluation is not on the timeline: its tensor-parallel all-reduces would land in the last
+  // training step's records.
+  model_.set_trace(nullptr);
   double sum = 0.0;
   for (int i = 0; i < eval_batches_.num_batches(); ++i) {
     eval_batches_.Fill(i, inputs_[0].data(), targets_[0].data());
@@ -357,6 +408,7 @@ float Trainer::Evaluate() {
     comms_.world->AllReduceSum(&shared, 1)->Wait();
     mean = shared;
   }
+  model_.set_trace(options_.trace);
   return mean;
 }
 

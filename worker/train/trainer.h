@@ -44,6 +44,7 @@
 #include "worker/train/parallel/zero_optimizer.h"
 #include "worker/train/profiler/block_costs.h"
 #include "worker/train/profiler/step_profiler.h"
+#include "worker/train/profiler/trace_recorder.h"
 
 namespace loom::train {
 
@@ -119,6 +120,9 @@ struct TrainerOptions {
   // Test role only (TEST_ONLY_LOOM_SLOW_RANK, run.cc): milliseconds this rank sleeps at the
   // start of each micro-batch's forward, to make it a straggler for the doctor's tests.
   int test_forward_sleep_ms = 0;
+  // The rank's timeline (profiler/trace_recorder.h; not owned, outlives the trainer): every
+  // step's phases, per micro-batch, and each collective become records. nullptr: none.
+  TraceRecorder* trace = nullptr;
 };
 
 class Trainer {
@@ -172,6 +176,13 @@ class Trainer {
   double RunSchedule(CommBytes* bytes);
   // Waits for every pending pipeline send.
   void WaitSends();
+  // Timeline helpers (options_.trace): the steady instant now (0 without a recorder), and a
+  // record of `kind` from `start` to now.
+  int64_t TraceStart() const { return options_.trace ? TraceRecorder::Now() : 0; }
+  void Trace(TraceKind kind, int64_t start, int32_t micro = -1, uint64_t bytes = 0,
+             int32_t aux = -1) {
+    if (options_.trace) options_.trace->Since(kind, start, micro, bytes, aux);
+  }
   void GatherMoments(std::vector<float>* m, std::vector<float>* v);
 
   JobConfig config_;

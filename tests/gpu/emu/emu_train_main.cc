@@ -5,11 +5,15 @@
 // would have been rejected by the real library.
 //
 // Usage: emu_train_check [steps]   (default 8)
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,6 +22,8 @@
 #include "worker/train/cuda_trainer.h"
 #include "worker/train/data/dataset.h"
 #include "worker/train/model/dims.h"
+#include "worker/train/profiler/trace_recorder.h"
+#include "worker/train/profiler/trace_ring.h"
 #include "worker/train/trainer.h"
 
 namespace loom::emu {
@@ -107,6 +113,11 @@ void RunJob(const std::string& label, JobConfig config, int B, int T, int K, int
 
   Trainer cpu(config, shape, data);
   CudaTrainer gpu(config, shape, data, /*device=*/0);
+  // The timeline (h.): every step's CUDA-event phases into a trace ring.
+  const std::string ring_path = "/tmp/loom-emu-trace-" + std::to_string(::getpid()) + ".ring";
+  std::unique_ptr<loom::train::TraceRecorder> trace =
+      loom::train::TraceRecorder::Open(ring_path, 0, 1);
+  gpu.set_trace(trace.get());
   const std::vector<TensorInfo>& table = cpu.model().tensors();
 
   // a. Initial parameters.
@@ -215,6 +226,50 @@ void RunJob(const std::string& label, JobConfig config, int B, int T, int K, int
              last.times.phase(loom::train::Phase::kBackward) > 0.0 &&
              last.times.phase(loom::train::Phase::kOptimizer) > 0.0;
   Report(times_ok, "g. phase times from CUDA events are finite and within the step");
+
+  // h. The timeline: per step, K data, forward and backward records (micro-batches 0..K-1,
+  // forward ending before its backward starts), an optimizer, all inside the step's record.
+  using loom::train::TraceKind;
+  using loom::train::TraceRecord;
+  const loom::train::TraceReadResult ring = loom::train::ReadTraceFile(ring_path, 64 << 20);
+  bool trace_ok = trace != nullptr && ring.ok && ring.torn == 0 && ring.invalid == 0;
+  std::map<int64_t, std::vector<TraceRecord>> by_step;
+  for (const TraceRecord& r : ring.records) by_step[r.step].push_back(r);
+  trace_ok = trace_ok && static_cast<int>(by_step.size()) == steps;
+  for (const auto& [step, records] : by_step) {
+    const TraceRecord* whole = nullptr;
+    std::map<int, int64_t> fwd_end, bwd_start;
+    int data = 0, optimizer = 0;
+    for (const TraceRecord& r : records) {
+      if (r.kind == static_cast<uint16_t>(TraceKind::kStep)) whole = &r;
+      if (r.kind == static_cast<uint16_t>(TraceKind::kData)) ++data;
+      if (r.kind == static_cast<uint16_t>(TraceKind::kOptimizer)) ++optimizer;
+      if (r.kind == static_cast<uint16_t>(TraceKind::kForward)) {
+        fwd_end[r.micro] = r.start_ns + r.dur_ns;
+      }
+      if (r.kind == static_cast<uint16_t>(TraceKind::kBackward)) bwd_start[r.micro] = r.start_ns;
+    }
+    trace_ok = trace_ok && whole != nullptr && data == shape.K && optimizer == 1 &&
+               static_cast<int>(fwd_end.size()) == shape.K && bwd_start.size() == fwd_end.size();
+    for (const auto& [m, end] : fwd_end) trace_ok = trace_ok && end <= bwd_start[m];
+    for (const TraceRecord& r : records) {
+      // The device's clock placed on the host's: allow a millisecond at either end.
+      trace_ok = trace_ok && whole != nullptr && r.start_ns >= whole->start_ns - 1'000'000 &&
+                 r.start_ns + r.dur_ns <= whole->start_ns + whole->dur_ns + 1'000'000;
+    }
+  }
+  if (!trace_ok) {
+    for (const TraceRecord& r : ring.records) {
+      std::printf("    record step %lld kind %s micro %d start %lld dur %lld\n",
+                  static_cast<long long>(r.step), loom::train::TraceKindName(r.kind), r.micro,
+                  static_cast<long long>(r.start_ns), static_cast<long long>(r.dur_ns));
+    }
+  }
+  gpu.set_trace(nullptr);
+  trace.reset();
+  std::remove(ring_path.c_str());
+  Report(trace_ok, "h. the timeline: " + std::to_string(ring.records.size()) +
+                       " records, per step K forward before backward, inside the step");
 }
 
 }  // namespace

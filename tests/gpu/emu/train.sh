@@ -29,6 +29,8 @@ cmake_sources() {
     sed -e 's/^\s*//' -e "s|^|$ROOT/$1/|"
 }
 mapfile -t CORE < <(cmake_sources worker/train loom_train_core)
+# loom_train_core links the trace ring's own library (the format loom-worker reads too).
+mapfile -t -O "${#CORE[@]}" CORE < <(cmake_sources worker/train loom_trace_ring)
 mapfile -t CPU_KERNELS < <(cmake_sources kernels loom_kernels)
 mapfile -t CUDA_TRAIN < <(cmake_sources worker/train loom_train_cuda)
 if ((${#CORE[@]} < 10 || ${#CPU_KERNELS[@]} < 5 || ${#CUDA_TRAIN[@]} < 2)); then

@@ -1,5 +1,7 @@
 #include "worker/train/device/cuda_phase_timer.h"
 
+#include <algorithm>
+
 #include "worker/train/device/cuda_check.h"
 #include "worker/train/device/nvtx_range.h"
 
@@ -69,13 +71,21 @@ void CudaPhaseTimer::Leave() {
 PhaseSeconds CudaPhaseTimer::EndStep() {
   Leave();
   PhaseSeconds seconds{};
+  spans_.clear();
   if (marks_.empty()) return seconds;
   LOOM_TRAIN_CUDA_CHECK(cudaEventSynchronize(events_[marks_.size() - 1]));
+  // Each event's time after the first: the spans' ends, shared by neighbours.
+  float previous = 0.0f;
   for (size_t i = 0; i + 1 < marks_.size(); ++i) {
-    if (marks_[i] < 0) continue;
-    float ms = 0.0f;
-    LOOM_TRAIN_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]));
-    seconds[static_cast<size_t>(marks_[i])] += ms * 1e-3;
+    float ms = 0.0f, next = 0.0f;
+    LOOM_TRAIN_CUDA_CHECK(cudaEventElapsedTime(&next, events_[0], events_[i + 1]));
+    next = std::max(next, previous);
+    if (marks_[i] >= 0) {
+      LOOM_TRAIN_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]));
+      seconds[static_cast<size_t>(marks_[i])] += ms * 1e-3;
+      spans_.push_back({static_cast<Phase>(marks_[i]), previous * 1e-3, next * 1e-3});
+    }
+    previous = next;
   }
   marks_.clear();
   return seconds;

@@ -38,6 +38,16 @@ class CudaPhaseTimer {
   // phase: device time between the events that opened and closed it.
   PhaseSeconds EndStep();
 
+  // Each phase entered in the last EndStep's step, in order: its start and end in device
+  // seconds after the step's first event (the per-rank timeline, profiler/trace_ring.h). One
+  // phase's end is the next one's start, exactly.
+  struct Span {
+    Phase phase;
+    double start = 0.0;
+    double end = 0.0;
+  };
+  const std::vector<Span>& spans() const { return spans_; }
+
   // Events created so far (for tests: constant after the first step of a repeated pattern).
   size_t events_created() const { return events_.size(); }
 
@@ -50,6 +60,7 @@ class CudaPhaseTimer {
   bool nvtx_open_ = false;
   std::vector<cudaEvent_t> events_;  // pool; events_[i] belongs to marks_[i]
   std::vector<int> marks_;           // phase opened by each recorded event this step
+  std::vector<Span> spans_;          // the last step's phases
 };
 
 }  // namespace loom::train

@@ -21,6 +21,7 @@
 #include "worker/train/model/dims.h"
 #include "worker/train/model/params.h"
 #include "worker/train/profiler/block_costs.h"
+#include "worker/train/profiler/trace_recorder.h"
 
 namespace loom::train {
 
@@ -153,6 +154,9 @@ class GPT {
   // calls), ForwardMicro and BackwardMicro add the wall seconds of the embedding, each block and
   // the head + loss to it; nullptr (the default) times nothing. The caller Resets it per step.
   void set_block_costs(BlockCosts* costs) { costs_ = costs; }
+  // The rank's timeline (profiler/trace_recorder.h; not owned, nullptr: none): each
+  // tensor-parallel all-reduce becomes a record of the recorder's current micro-batch.
+  void set_trace(TraceRecorder* trace) { trace_ = trace; }
 
   // Bytes this model has allocated: parameters, gradients, activations (every slot), backward
   // scratch and the token copies; a few bytes of bookkeeping are left out.
@@ -190,6 +194,7 @@ class GPT {
   std::vector<bool> have_targets_;  // (slots)
   int last_forward_slot_ = 0;       // whose logits logits() returns
   BlockCosts* costs_ = nullptr;     // set on sampled steps only
+  TraceRecorder* trace_ = nullptr;
 };
 
 }  // namespace loom::train

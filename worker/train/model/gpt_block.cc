@@ -64,7 +64,12 @@ BlockActs BlockActOf(const Activations& a, size_t l, size_t B, size_t T, const B
 }  // namespace
 
 void GPT::TpAllReduce(float* buf, size_t n) {
-  if (tp_ != nullptr) tp_->AllReduceSum(buf, n)->Wait();
+  if (tp_ == nullptr) return;
+  const int64_t start = trace_ != nullptr ? TraceRecorder::Now() : 0;
+  tp_->AllReduceSum(buf, n)->Wait();
+  if (trace_ != nullptr) {
+    trace_->Since(TraceKind::kTpAllReduce, start, trace_->micro(), n * sizeof(float));
+  }
 }
 
 const float* GPT::BlockInput(const Activations& a, int l) const {

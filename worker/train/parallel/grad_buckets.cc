@@ -160,6 +160,7 @@ double GradBuckets::Finish() {
   const float scale = 1.0f / static_cast<float>(comm_->size());
   double waited = 0.0;
   comm_seconds_ = 0.0;
+  spans_.clear();
   std::chrono::steady_clock::time_point previous_done{};
   for (Bucket& b : buckets_) {
     auto start = std::chrono::steady_clock::now();
@@ -171,6 +172,7 @@ double GradBuckets::Finish() {
     // launched or when the one before finished, whichever was later.
     const auto began = std::max(b.launched, previous_done);
     if (b.done > began) comm_seconds_ += std::chrono::duration<double>(b.done - began).count();
+    spans_.push_back({began, std::max(began, b.done), b.buffer.size() * sizeof(float)});
     previous_done = b.done;
     const float* src = b.buffer.data();
     for (const GradPiece& p : b.pieces) {

@@ -85,6 +85,14 @@ class GradBuckets {
   // 1 - exposed / this.
   double comm_seconds() const { return comm_seconds_; }
 
+  // Each bucket's stretch on the communication thread in the last Finish, in launch order: from
+  // max(its launch, the previous bucket's done) to its done (the trace's dp events).
+  struct Span {
+    std::chrono::steady_clock::time_point began, done;
+    size_t bytes = 0;
+  };
+  const std::vector<Span>& spans() const { return spans_; }
+
   size_t num_buckets() const { return buckets_.size(); }
   // Bytes all-reduced per step (fp32 gradients).
   size_t bytes_per_step() const { return total_floats_ * sizeof(float); }
@@ -106,6 +114,7 @@ class GradBuckets {
   float* grads_ = nullptr;
   size_t next_ = 0;  // the first bucket not launched this step
   double comm_seconds_ = 0.0;
+  std::vector<Span> spans_;
 };
 
 }  // namespace loom::train
