@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -153,6 +154,56 @@ absl::StatusOr<v1::DevicePeaks> MeasureCpuDevices(const std::string& program,
   while (!output.empty() && output.back() == '\n') output.pop_back();
   const size_t nl = output.rfind('\n');
   return ParseDevicePeaks(nl == std::string::npos ? output : output.substr(nl + 1));
+}
+
+absl::StatusOr<v1::DevicePeaks> MeasureCpuDevicesMedian(
+    const std::string& program, const std::map<std::string, std::string>& env,
+    const RankIdentity& identity, absl::Duration timeout, int runs) {
+  std::vector<v1::DevicePeaks> ok;
+  absl::Status last;
+  for (int i = 0; i < runs; ++i) {
+    absl::StatusOr<v1::DevicePeaks> p = MeasureCpuDevices(program, env, identity, timeout);
+    if (p.ok()) {
+      ok.push_back(*std::move(p));
+    } else {
+      last = p.status();
+    }
+  }
+  if (ok.empty()) return last;
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  v1::DevicePeaks out = ok.front();
+  double total = 0;
+  for (const v1::DevicePeaks& p : ok) total += p.measure_seconds();
+  out.set_measure_seconds(total);
+  std::vector<double> opt;
+  for (const v1::DevicePeaks& p : ok) opt.push_back(p.optimizer_bytes_per_second());
+  out.set_optimizer_bytes_per_second(median(opt));
+  // Samples are matched by position and shape; a run with other shapes is left out of a sample.
+  for (int i = 0; i < out.gemm_size(); ++i) {
+    std::vector<double> v;
+    for (const v1::DevicePeaks& p : ok) {
+      if (i < p.gemm_size() && p.gemm(i).rows() == out.gemm(i).rows() &&
+          p.gemm(i).inner() == out.gemm(i).inner() && p.gemm(i).cols() == out.gemm(i).cols()) {
+        v.push_back(p.gemm(i).flops_per_second());
+      }
+    }
+    out.mutable_gemm(i)->set_flops_per_second(median(v));
+  }
+  for (int i = 0; i < out.blocks_size(); ++i) {
+    std::vector<double> v;
+    for (const v1::DevicePeaks& p : ok) {
+      if (i < p.blocks_size() && p.blocks(i).hidden() == out.blocks(i).hidden() &&
+          p.blocks(i).seq_len() == out.blocks(i).seq_len() &&
+          p.blocks(i).micro_batch() == out.blocks(i).micro_batch()) {
+        v.push_back(p.blocks(i).seconds());
+      }
+    }
+    out.mutable_blocks(i)->set_seconds(median(v));
+  }
+  return out;
 }
 
 }  // namespace loom::worker

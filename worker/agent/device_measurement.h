@@ -1,6 +1,6 @@
-// The worker measures its CPU devices once when it starts (issue 12, part 7): it runs the rank
-// program as `RANK_PROGRAM --measure-device` (worker/train/measure/device_peaks.h), reads the one
-// JSON line it prints, and registers its CPU devices with those figures (Device.peaks), which
+// The worker measures its CPU devices when it starts (issue 12, part 7): it runs the rank
+// program as `RANK_PROGRAM --measure-device` (worker/train/measure/device_peaks.h) three times
+// (MeasureCpuDevicesMedian), reads the one JSON line each prints, and registers its CPU devices with those figures (Device.peaks), which
 // loomd's planner uses instead of its catalog's guesses.
 //
 // Measurements of several workers on one host are serialized (an advisory lock on a file in the
@@ -34,6 +34,13 @@ absl::StatusOr<v1::DevicePeaks> MeasureCpuDevices(const std::string& program,
                                                   const std::map<std::string, std::string>& env,
                                                   const RankIdentity& identity,
                                                   absl::Duration timeout);
+
+// MeasureCpuDevices `runs` times (separate processes): each figure is the median over the runs
+// that succeeded. One process's small GEMMs can run an order of magnitude slower than the next
+// one's (OpenBLAS's threads), so one run is not enough. Fails only when every run failed.
+absl::StatusOr<v1::DevicePeaks> MeasureCpuDevicesMedian(
+    const std::string& program, const std::map<std::string, std::string>& env,
+    const RankIdentity& identity, absl::Duration timeout, int runs = 3);
 
 }  // namespace loom::worker
 

@@ -298,7 +298,7 @@ int main(int argc, char** argv) {
   std::optional<v1::DevicePeaks> peaks;
   if (measure_devices && cpu_devices > 0) {
     absl::StatusOr<v1::DevicePeaks> measured =
-        MeasureCpuDevices(rank_program, supervisor_env, *rank_identity, absl::Seconds(60));
+        MeasureCpuDevicesMedian(rank_program, supervisor_env, *rank_identity, absl::Seconds(60));
     if (measured.ok()) {
       peaks = *std::move(measured);
       LOOM_LOG(INFO) << "measured the CPU devices in " << peaks->measure_seconds() << " s";

@@ -21,18 +21,24 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Timed repetitions after one warm-up; the median is reported (a shared machine's hiccups
-// land in the tails).
-constexpr int kRepetitions = 3;
+// Timed samples after warm-ups; the median is reported (a shared machine's hiccups land in
+// the tails). A sample repeats the operation until it lasts about kSampleSeconds: a single
+// sub-millisecond GEMM is at the mercy of one thread wake-up (3 single calls of the 64-wide
+// GEMM measured 2, 5 and 77 GFLOP/s on one machine).
+constexpr int kRepetitions = 5;
+constexpr double kSampleSeconds = 0.02;
 
 double MedianSeconds(const std::function<void()>& run) {
-  run();  // warm-up: first touch of the buffers, OpenMP and OpenBLAS thread start
-  std::vector<double> s;
-  for (int i = 0; i < kRepetitions; ++i) {
+  auto time = [&](int times) {
     const auto t0 = Clock::now();
-    run();
-    s.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-  }
+    for (int i = 0; i < times; ++i) run();
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  time(1);  // warm-up: first touch of the buffers, OpenMP and OpenBLAS thread start
+  const double once = std::max(time(1), 1e-7);
+  const int times = std::clamp(static_cast<int>(kSampleSeconds / once), 1, 10000);
+  std::vector<double> s;
+  for (int i = 0; i < kRepetitions; ++i) s.push_back(time(times) / times);
   std::sort(s.begin(), s.end());
   return s[s.size() / 2];
 }
@@ -86,8 +92,13 @@ BlockSample MeasureBlock(int hidden, int heads, int seq_len, int micro_batch) {
     return costs.forward[0] + costs.backward[0];
   };
   one();  // warm-up
+  const int times = std::clamp(static_cast<int>(kSampleSeconds / std::max(one(), 1e-7)), 1, 1000);
   std::vector<double> s;
-  for (int i = 0; i < kRepetitions; ++i) s.push_back(one());
+  for (int i = 0; i < kRepetitions; ++i) {
+    double sum = 0;
+    for (int k = 0; k < times; ++k) sum += one();
+    s.push_back(sum / times);
+  }
   std::sort(s.begin(), s.end());
   model.set_block_costs(nullptr);
   BlockSample b;
