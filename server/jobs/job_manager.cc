@@ -33,19 +33,6 @@ using internal::PlacementNodes;
 
 constexpr char kPageTokenPrefix[] = "loom-page-v1";
 
-// A short, time-sortable id: 9 base-32 digits of Unix milliseconds, then 4 random ones.
-std::string NewJobId(absl::Time now, absl::BitGen& gen) {
-  constexpr char kDigits[] = "0123456789abcdefghijklmnopqrstuv";
-  uint64_t millis = static_cast<uint64_t>(std::max<int64_t>(0, absl::ToUnixMillis(now)));
-  std::string id(13, '0');
-  for (int i = 8; i >= 0; --i) {
-    id[i] = kDigits[millis % 32];
-    millis /= 32;
-  }
-  for (int i = 9; i < 13; ++i) id[i] = kDigits[absl::Uniform(gen, 0, 32)];
-  return id;
-}
-
 std::string EncodePageToken(v1::JobState state, int64_t after_sequence) {
   return absl::WebSafeBase64Escape(
       absl::StrCat(kPageTokenPrefix, ":", static_cast<int>(state), ":", after_sequence));
@@ -251,7 +238,7 @@ absl::StatusOr<v1::Job> JobManager::CreateJob(const v1::CreateJobRequest& reques
     if (shut_down_) return absl::UnavailableError("loomd is shutting down; retry later");
     capacity = nodes_.ReadyCapacity();
     nodes = nodes_.List();
-    name = absl::StrCat("jobs/", NewJobId(clock_->Now(), id_gen_));
+    name = absl::StrCat("jobs/", internal::NewResourceId(clock_->Now(), id_gen_));
   }
   const std::string request_key =
       request.request_id().empty() ? "" : store::RequestKey(tenant, request.request_id());

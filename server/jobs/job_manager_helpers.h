@@ -2,10 +2,13 @@
 // side; job_manager_workers.cc: the worker side). Internal to server/jobs/.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "google/protobuf/timestamp.pb.h"
@@ -26,6 +29,20 @@ inline google::protobuf::Timestamp ToProto(absl::Time t) {
 
 inline absl::Time FromProto(const google::protobuf::Timestamp& t) {
   return absl::FromUnixMicros(google::protobuf::util::TimeUtil::TimestampToMicroseconds(t));
+}
+
+// A short, time-sortable resource id (jobs/{id}, scaletests/{id}): 9 base-32 digits of Unix
+// milliseconds, then 4 random ones.
+inline std::string NewResourceId(absl::Time now, absl::BitGen& gen) {
+  constexpr char kDigits[] = "0123456789abcdefghijklmnopqrstuv";
+  uint64_t millis = static_cast<uint64_t>(std::max<int64_t>(0, absl::ToUnixMillis(now)));
+  std::string id(13, '0');
+  for (int i = 8; i >= 0; --i) {
+    id[i] = kDigits[millis % 32];
+    millis /= 32;
+  }
+  for (int i = 9; i < 13; ++i) id[i] = kDigits[absl::Uniform(gen, 0, 32)];
+  return id;
 }
 
 // "rank 1 killed by signal 9 (SIGKILL)" from a failed rank's status.

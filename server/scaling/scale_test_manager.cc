@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "server/jobs/job_manager_helpers.h"
 #include "server/scaling/attribution.h"
 #include "server/scaling/sweep.h"
 #include "server/store/job_store.h"
@@ -23,22 +24,7 @@ namespace {
 constexpr char kPrefix[] = "scaletests/";
 constexpr char kPageTokenPrefix[] = "loom-scale-page-v1";
 
-google::protobuf::Timestamp ToProto(absl::Time t) {
-  return google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(t));
-}
-
-// 9 base-32 digits of Unix milliseconds, then 4 random ones (like job ids).
-std::string NewId(absl::Time now, absl::BitGen& gen) {
-  constexpr char kDigits[] = "0123456789abcdefghijklmnopqrstuv";
-  uint64_t millis = static_cast<uint64_t>(std::max<int64_t>(0, absl::ToUnixMillis(now)));
-  std::string id(13, '0');
-  for (int i = 8; i >= 0; --i) {
-    id[i] = kDigits[millis % 32];
-    millis /= 32;
-  }
-  for (int i = 9; i < 13; ++i) id[i] = kDigits[absl::Uniform(gen, 0, 32)];
-  return id;
-}
+using jobs::internal::ToProto;
 
 int WorldSize(const v1::Layout& layout) {
   return std::max(1, layout.data()) * std::max(1, layout.tensor()) * std::max(1, layout.pipeline());
@@ -156,7 +142,7 @@ absl::StatusOr<v1::ScaleTest> ScaleTestManager::CreateScaleTest(
 
   const absl::Time now = clock_->Now();
   v1::ScaleTest t;
-  t.set_name(absl::StrCat(kPrefix, NewId(now, id_gen_)));
+  t.set_name(absl::StrCat(kPrefix, jobs::internal::NewResourceId(now, id_gen_)));
   *t.mutable_spec() = base;
   *t.mutable_devices() = request.devices();
   t.set_weak(request.weak());
