@@ -100,7 +100,8 @@ struct ClusterOptions {
   // Extra loom-worker flags, e.g. {"--fence-timeout-ms=2000"}.
   std::vector<std::string> worker_flags;
   // The workers' --measure-devices: off by default so that a cluster starts in milliseconds
-  // (the measurement takes a second or two of both cores per worker, serialized per host).
+  // (the measurement takes three runs of about a second of both cores per worker, serialized
+  // per host).
   bool measure_devices = false;
   // The address the workers dial for loomd (e.g. a proxy that can drop their connections);
   // empty: loomd's own address.

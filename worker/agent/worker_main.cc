@@ -124,8 +124,8 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(int64_t{2000}, int64_t{86'400'000}));
   app.add_option("--measure-devices", measure_devices,
-                 "Measure the CPU devices with the rank program when starting (a second or "
-                 "two) and register them with those figures, which loomd's planner uses "
+                 "Measure the CPU devices with the rank program when starting (three runs of "
+                 "about a second) and register them with those figures, which loomd's planner uses "
                  "instead of its catalog")
       ->capture_default_str();
   try {

@@ -10,7 +10,7 @@
 //     residuals, the four projections) at two shapes, which lets the planner fit its
 //     element-wise bandwidth and per-block overhead to what the block really costs;
 //   - AdamW over fp32 master weights (the optimizer phase).
-// About one to two seconds on a small machine. Single process, OpenMP threads as a rank has.
+// About one second on a small machine (loom-worker runs it three times). Single process, OpenMP threads as a rank has.
 #ifndef LOOM_WORKER_TRAIN_MEASURE_DEVICE_PEAKS_H_
 #define LOOM_WORKER_TRAIN_MEASURE_DEVICE_PEAKS_H_
 
