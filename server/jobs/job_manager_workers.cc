@@ -357,6 +357,14 @@ void JobManager::RecordRankTelemetry(ActiveJob& active, const v1::StepReport& re
     if (report.step() <= counted->second) return;
     counted->second = report.step();
   }
+  if (std::isfinite(report.step_seconds()) && report.step_seconds() >= 0) {
+    telemetry.step_seconds = report.step_seconds();
+  }
+  for (const auto& [phase, seconds] : report.phase_seconds()) {
+    // A negative or non-finite figure from a buggy worker would make the counter go down.
+    if (!std::isfinite(seconds) || seconds < 0) continue;
+    telemetry.phase_seconds_total[std::string(server_metrics::PhaseLabel(phase))] += seconds;
+  }
   for (const auto& [kind, bytes] : report.comm_bytes()) {
     // Unknown kinds are summed under "other": the label values stay bounded.
     telemetry.comm_bytes_total[std::string(server_metrics::CommKindLabel(kind))] += bytes;
@@ -631,7 +639,42 @@ server_metrics::Snapshot JobManager::MetricsSnapshot() {
     if (times.predicted_seconds.has_value() || times.measured_seconds.has_value()) {
       snapshot.job_step_seconds[id] = times;
     }
-    if (!active->rank_telemetry.empty()) snapshot.ranks[id] = active->rank_telemetry;
+    if (!active->rank_telemetry.empty()) {
+      std::map<int, server_metrics::RankTelemetry>& ranks = snapshot.ranks[id];
+      ranks = active->rank_telemetry;
+      for (const v1::Placement& placement : active->job.placements()) {
+        const nodes::NodeEntry* entry = nodes_.Find(placement.node());
+        if (entry == nullptr) continue;
+        for (int i = 0; i < placement.ranks_size() && i < placement.device_indices_size(); ++i) {
+          auto rank = ranks.find(placement.ranks(i));
+          if (rank == ranks.end()) continue;
+          for (const v1::Device& device : entry->node.devices()) {
+            if (device.index() == placement.device_indices(i) && device.memory_bytes() > 0) {
+              rank->second.device_memory_bytes = device.memory_bytes();
+            }
+          }
+        }
+      }
+    }
+    {
+      server_metrics::JobProgressTelemetry& progress = snapshot.progress[id];
+      progress.restarts = active->job.restart_count();
+      if (auto rank0 = active->latest_steps.find(0); rank0 != active->latest_steps.end()) {
+        const v1::StepReport& r = rank0->second;
+        progress.step = r.step();
+        if (std::isfinite(r.loss())) progress.loss = r.loss();
+        if (std::isfinite(r.tokens_per_second()))
+          progress.tokens_per_second = r.tokens_per_second();
+      }
+      if (auto at = active->rank_progress.find(0); at != active->rank_progress.end()) {
+        progress.last_step_unix_seconds = absl::ToDoubleSeconds(at->second - absl::UnixEpoch());
+      }
+      if (times.predicted_seconds.has_value() && times.measured_seconds.has_value() &&
+          *times.measured_seconds > 0 && active->job.plan().mfu() > 0) {
+        progress.mfu =
+            active->job.plan().mfu() * *times.predicted_seconds / *times.measured_seconds;
+      }
+    }
     {
       const v1::Goodput g = active->goodput.Snapshot(now);
       server_metrics::JobGoodput& out = snapshot.goodput[id];

@@ -19,8 +19,8 @@ constexpr v1::JobState kJobStates[] = {v1::QUEUED, v1::SCHEDULED, v1::RUNNING,  
 
 // Raises `counter` to `total`, kept by the job manager. The scrape hook is a per-rank counter's
 // only writer (and hooks never run concurrently), so this keeps the two equal.
-void RaiseTo(metrics::Counter& counter, uint64_t total) {
-  const double delta = static_cast<double>(total) - counter.Value();
+void RaiseTo(metrics::Counter& counter, double total) {
+  const double delta = total - counter.Value();
   if (delta > 0) counter.Increment(delta);
 }
 
@@ -30,6 +30,13 @@ metrics::Labels WithKind(metrics::Labels labels, std::string_view kind) {
 }
 
 }  // namespace
+
+std::string_view PhaseLabel(std::string_view phase) {
+  for (std::string_view known : kPhases) {
+    if (phase == known) return known;
+  }
+  return "other";
+}
 
 std::string_view CommKindLabel(std::string_view kind) {
   for (std::string_view known : kCommKinds) {
@@ -141,6 +148,7 @@ void ServerMetrics::Collect() {
   CollectRanks(snapshot.ranks, exported);
   CollectDoctor(snapshot.doctor, exported);
   CollectGoodput(snapshot.goodput, exported);
+  CollectProgress(snapshot.progress, exported);
   absl::MutexLock lock(&mu_);
   for (const auto& [name, labels] : job_series_) {
     if (!exported.contains({name, labels})) registry_->RemoveSeries(name, labels);
@@ -270,6 +278,7 @@ void ServerMetrics::CollectRanks(const std::map<std::string, std::map<int, RankT
                 total);
         exported.insert({kCommBytes, std::move(with_kind)});
       }
+      CollectRankPhases(labels, telemetry, exported);
       if (telemetry.memory.has_value()) CollectRankMemory(labels, *telemetry.memory, exported);
       if (telemetry.device_allocations_total.has_value()) {
         constexpr char kDeviceAllocs[] = "loom_gpu_device_allocations_total";
@@ -281,6 +290,71 @@ void ServerMetrics::CollectRanks(const std::map<std::string, std::map<int, RankT
         exported.insert({kDeviceAllocs, labels});
       }
     }
+  }
+}
+
+void ServerMetrics::CollectProgress(const std::map<std::string, JobProgressTelemetry>& jobs,
+                                    std::set<std::pair<std::string, metrics::Labels>>& exported) {
+  struct Gauge {
+    const char* name;
+    const char* help;
+    std::optional<double> value;
+  };
+  for (const auto& [job, progress] : jobs) {
+    const metrics::Labels labels = {{"job", job}};
+    const Gauge gauges[] = {
+        {"loom_job_step", "The job's latest optimizer step (rank 0's report).",
+         progress.step.has_value() ? std::optional<double>(static_cast<double>(*progress.step))
+                                   : std::nullopt},
+        {"loom_job_loss", "The job's latest training loss (rank 0's report).", progress.loss},
+        {"loom_job_tokens_per_second", "Training tokens per second over the whole job.",
+         progress.tokens_per_second},
+        {"loom_job_last_step_timestamp_seconds",
+         "Unix time at which loomd received the job's latest step report from rank 0.",
+         progress.last_step_unix_seconds},
+        {"loom_job_mfu_ratio",
+         "Measured model FLOPs utilisation: the plan's MFU times predicted over measured step "
+         "time.",
+         progress.mfu},
+        {"loom_job_restarts", "Gang restarts of the job so far.",
+         static_cast<double>(progress.restarts)},
+    };
+    for (const Gauge& g : gauges) {
+      if (!g.value.has_value()) continue;
+      registry_->GetGauge(g.name, g.help, labels).Set(*g.value);
+      exported.insert({g.name, labels});
+    }
+  }
+}
+
+void ServerMetrics::CollectRankPhases(const metrics::Labels& labels, const RankTelemetry& telemetry,
+                                      std::set<std::pair<std::string, metrics::Labels>>& exported) {
+  constexpr char kPhaseSeconds[] = "loom_rank_phase_seconds_total";
+  for (const auto& [phase, seconds] : telemetry.phase_seconds_total) {
+    metrics::Labels with_phase = labels;
+    with_phase.emplace_back("phase", phase);
+    RaiseTo(registry_->GetCounter(kPhaseSeconds,
+                                  "Seconds of the rank's steps by phase (forward, backward, "
+                                  "optimizer, comm_exposed, bubble, data).",
+                                  with_phase),
+            seconds);
+    exported.insert({kPhaseSeconds, std::move(with_phase)});
+  }
+  if (telemetry.step_seconds.has_value()) {
+    constexpr char kStep[] = "loom_rank_step_seconds";
+    registry_->GetGauge(kStep, "Seconds of the rank's latest step.", labels)
+        .Set(*telemetry.step_seconds);
+    exported.insert({kStep, labels});
+  }
+  if (telemetry.device_memory_bytes.has_value()) {
+    constexpr char kDeviceMemory[] = "loom_rank_device_memory_bytes";
+    registry_
+        ->GetGauge(kDeviceMemory,
+                   "Memory of the device the rank runs on (its worker's inventory): the limit of "
+                   "the rank's memory gauges.",
+                   labels)
+        .Set(static_cast<double>(*telemetry.device_memory_bytes));
+    exported.insert({kDeviceMemory, labels});
   }
 }
 

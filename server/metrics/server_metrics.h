@@ -48,6 +48,25 @@
 //                                             data-parallel peers at the same (stage, tensor)
 //                                             position over its own (below 1: slower; 1 without
 //                                             peers)
+//   loom_job_step{job}                        gauge, rank 0's latest step (the job's progress)
+//   loom_job_loss{job}                        gauge, rank 0's latest training loss
+//   loom_job_tokens_per_second{job}           gauge, training tokens per second over the job
+//                                             (rank 0's latest step report)
+//   loom_job_last_step_timestamp_seconds{job} gauge, Unix time at which loomd received rank 0's
+//                                             latest step report (a stall shows as an age)
+//   loom_job_mfu_ratio{job}                   gauge, measured model FLOPs utilisation: the
+//                                             plan's MFU scaled by predicted over measured
+//                                             step time (the model FLOPs per step are fixed,
+//                                             so MFU is inversely proportional to step time)
+//   loom_job_restarts{job}                    gauge, gang restarts of the job so far
+//   loom_rank_phase_seconds_total{job, rank, phase}
+//                                             counter, seconds of the rank's steps by phase
+//                                             (kPhases: forward, backward, optimizer,
+//                                             comm_exposed, bubble, data; anything else "other")
+//   loom_rank_step_seconds{job, rank}         gauge, the rank's latest step time
+//   loom_rank_device_memory_bytes{job, rank}  gauge, the memory of the device the rank runs on
+//                                             (from its worker's inventory), the limit its
+//                                             memory gauges are compared with
 //   loom_scaling_efficiency_ratio{job, devices}
 //                                             gauge, the scaling efficiency against linear of the
 //                                             latest finished sweep of each job name (the spec's
@@ -98,6 +117,13 @@ inline constexpr std::string_view kCommKinds[] = {"all_reduce",   "tp_all_reduce
 // worker cannot create unbounded label values.
 std::string_view CommKindLabel(std::string_view kind);
 
+// The step phases of StepReport.phase_seconds (worker/train/profiler/step_profiler.cc).
+inline constexpr std::string_view kPhases[] = {"forward",      "backward", "optimizer",
+                                               "comm_exposed", "bubble",   "data"};
+
+// The label value for a phase from the wire: itself when known, else "other" (bounded labels).
+std::string_view PhaseLabel(std::string_view phase);
+
 // One rank's memory in one step (StepReport's memory fields).
 struct RankMemory {
   uint64_t allocated = 0;  // memory_bytes
@@ -125,6 +151,25 @@ struct RankTelemetry {
   // step once; across generations and kept by this loomd only, as comm_bytes_total); unset while
   // the rank has not reported from one, so CPU ranks get no loom_gpu_* series.
   std::optional<uint64_t> device_allocations_total;
+  // PhaseLabel(phase) -> seconds summed over the job's step reports (each step once, like
+  // comm_bytes_total).
+  std::map<std::string, double> phase_seconds_total;
+  // The latest step's seconds; unset before the first report.
+  std::optional<double> step_seconds;
+  // The memory of the device the rank is placed on; set by the snapshot, not by reports.
+  std::optional<uint64_t> device_memory_bytes;
+};
+
+// A job's progress as rank 0 reports it, for the loom_job_{step,loss,tokens_per_second,...}
+// series. Set for the active jobs that have reported a step, except `restarts`, set for every
+// active job.
+struct JobProgressTelemetry {
+  std::optional<int64_t> step;
+  std::optional<double> loss;
+  std::optional<double> tokens_per_second;
+  std::optional<double> last_step_unix_seconds;
+  std::optional<double> mfu;
+  int restarts = 0;
 };
 
 // The doctor's view of one job (server/doctor), for the loom_job_finding,
@@ -160,6 +205,8 @@ struct Snapshot {
   std::map<std::string, JobDoctorTelemetry> doctor;
   // job id -> its goodput, for every active job.
   std::map<std::string, JobGoodput> goodput;
+  // job id -> its progress, for every active job.
+  std::map<std::string, JobProgressTelemetry> progress;
 };
 
 class ServerMetrics {
@@ -199,6 +246,12 @@ class ServerMetrics {
   // Sets the goodput gauges of `jobs` and adds those series to `exported`.
   void CollectGoodput(const std::map<std::string, JobGoodput>& jobs,
                       std::set<std::pair<std::string, metrics::Labels>>& exported);
+  // Sets the progress gauges of `jobs` and adds those series to `exported`.
+  void CollectProgress(const std::map<std::string, JobProgressTelemetry>& jobs,
+                       std::set<std::pair<std::string, metrics::Labels>>& exported);
+  // Sets the per-rank phase and step-time series of one rank (`labels`: job, rank).
+  void CollectRankPhases(const metrics::Labels& labels, const RankTelemetry& telemetry,
+                         std::set<std::pair<std::string, metrics::Labels>>& exported);
   // Sets the memory gauges of one rank (`labels`: job, rank) and adds them to `exported`.
   void CollectRankMemory(const metrics::Labels& labels, const RankMemory& memory,
                          std::set<std::pair<std::string, metrics::Labels>>& exported);

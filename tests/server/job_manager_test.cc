@@ -933,5 +933,81 @@ TEST(LogStoreTest, CapsTheSizeWithAMarker) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// The dashboard's job and rank series: rank 0's step, loss, throughput and the age of its last
+// report; the measured MFU scaled from the plan's; per-rank phase seconds summed once per step
+// (an unknown phase as "other", a negative figure ignored); the device memory the rank's gauges
+// are compared with; all gone when the job ends.
+TEST_F(JobManagerTest, ProgressPhasesAndDeviceMemoryAreExported) {
+  metrics::Registry registry;
+  server_metrics::ServerMetrics metrics(&registry);
+  NewManagerWithMetrics(&metrics);
+
+  v1::RegisterNodeRequest node = CpuNode("n1", 2);
+  node.mutable_devices(0)->set_memory_bytes(uint64_t{8} << 30);
+  node.mutable_devices(1)->set_memory_bytes(uint64_t{8} << 30);
+  ASSERT_TRUE(manager_->RegisterNode(node).ok());
+  auto sink = Reconnect("n1");
+  const std::string name = CreateScheduled(CpuSpec(2), *sink);  // `auto`: planned, with an MFU
+  const std::string id = name.substr(5);
+  StartAll("n1", name, 1, 2);
+  const v1::Job planned = Get(name);
+  ASSERT_GT(planned.plan().mfu(), 0);
+  std::string text = registry.Serialize();
+  const std::string job = absl::StrCat("{job=\"", id, "\"}");
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("loom_job_restarts", job, " 0\n")));
+  EXPECT_THAT(text, Not(HasSubstr("loom_job_step{")));  // nothing reported yet
+
+  auto step = [&](int rank, int64_t n, double forward) {
+    v1::WorkerMessage m = Step(name, 1, rank, n, 100, 2.5);
+    v1::StepReport* r = m.mutable_step();
+    (*r->mutable_phase_seconds())["forward"] = forward;
+    (*r->mutable_phase_seconds())["backward"] = 0.25;
+    (*r->mutable_phase_seconds())["made_up_phase"] = 0.125;
+    (*r->mutable_phase_seconds())["optimizer"] = -1.0;  // ignored
+    return m;
+  };
+  for (int64_t n = 1; n <= 5; ++n) {
+    Send("n1", step(0, n, 0.125));
+    Send("n1", step(1, n, 0.0625));
+  }
+  Send("n1", step(0, 5, 0.125));  // re-sent: not counted again
+
+  text = registry.Serialize();
+  const std::string r0 = absl::StrCat("{job=\"", id, "\",rank=\"0\"}");
+  const std::string phase0 =
+      absl::StrCat("loom_rank_phase_seconds_total{job=\"", id, "\",phase=\"");
+  EXPECT_THAT(text, HasSubstr("# TYPE loom_rank_phase_seconds_total counter"));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat(phase0, "forward\",rank=\"0\"} 0.625\n")));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat(phase0, "forward\",rank=\"1\"} 0.3125\n")));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat(phase0, "backward\",rank=\"0\"} 1.25\n")));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat(phase0, "other\",rank=\"0\"} 0.625\n")));
+  EXPECT_THAT(text, Not(HasSubstr("made_up_phase")));
+  EXPECT_THAT(text, Not(HasSubstr("phase=\"optimizer\"")));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("loom_rank_step_seconds", r0, " 0.5\n")));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("loom_rank_device_memory_bytes", r0, " 8589934592\n")));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("loom_job_step", job, " 5\n")));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("loom_job_loss", job, " 2.5\n")));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("loom_job_tokens_per_second", job, " 1000\n")));
+  // The value of one series, as a number (the exposition may write 1.7e+09 or 1700000000).
+  auto value = [&](const std::string& series) -> double {
+    const size_t at = text.find(series + " ");
+    if (at == std::string::npos) return -1;
+    return std::stod(text.substr(at + series.size() + 1));
+  };
+  EXPECT_DOUBLE_EQ(value(absl::StrCat("loom_job_last_step_timestamp_seconds", job)),
+                   absl::ToDoubleSeconds(clock_.Now() - absl::UnixEpoch()));
+  // The measured step (0.5 s) against the plan's: MFU scales by predicted / measured.
+  const double mfu = planned.plan().mfu() * planned.plan().step_seconds() / 0.5;
+  EXPECT_NEAR(value(absl::StrCat("loom_job_mfu_ratio", job)), mfu, 1e-9 * mfu);
+
+  ASSERT_TRUE(manager_->CancelJob(name).ok());
+  text = registry.Serialize();
+  for (const char* series :
+       {"loom_job_step{", "loom_job_loss{", "loom_job_mfu_ratio{", "loom_job_restarts{",
+        "loom_rank_phase_seconds_total{", "loom_rank_device_memory_bytes{"}) {
+    EXPECT_THAT(text, Not(HasSubstr(series))) << series;
+  }
+}
+
 }  // namespace
 }  // namespace loom::jobs
