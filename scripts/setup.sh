@@ -11,7 +11,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libsqlite3-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
   libgloo-dev libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libssl-dev openssl prometheus python3
+  libssl-dev openssl prometheus python3 python3-venv
   clang-14 libclang-rt-14-dev
 )
 

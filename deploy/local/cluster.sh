@@ -6,6 +6,9 @@
 # WORKERS defaults to 2, DEVICES (CPU devices per worker) to 1: `up DIR 2 4` gives 8 devices,
 # enough for examples/parallel.yaml. Binaries come from build/bin (LOOM_BIN overrides).
 #
+# LOOM_WORKER_FLAGS adds flags to every loom-worker (split on spaces), e.g.
+# LOOM_WORKER_FLAGS=--measure-devices=0 skips the start-up device measurement in tests.
+#
 # LOOM_PROMETHEUS=1 also starts a Prometheus server (Debian's `prometheus`) on loopback with
 # deploy/prometheus's configuration and alert rules, scraping loomd and every worker each second;
 # RUN_DIR/env then sets LOOM_PROMETHEUS_URL. Point Grafana at it to use deploy/grafana.
@@ -113,9 +116,10 @@ case "$cmd" in
       echo "cluster: user nobody cannot run $bin/loom-train (a private folder?); the ranks run as root (--rank-user=root)" >&2
       rank_user=(--rank-user=root)
     fi
+    read -r -a worker_flags <<<"${LOOM_WORKER_FLAGS:-}"
     for ((w = 0; w < workers; w++)); do
       "$bin/loom-worker" --coordinator="$server" --name="worker-$w" --cpu-devices="$devices" \
-        --checkpoint-roots="$checkpoints" "${rank_user[@]}" \
+        --checkpoint-roots="$checkpoints" "${rank_user[@]}" "${worker_flags[@]}" \
         --work-dir="$run/worker-$w" --ready-file="$run/worker-$w.ready" \
         "${worker_security[@]}" >"$run/worker-$w.log" 2>&1 &
       echo $! >"$run/worker-$w.pid"
