@@ -108,6 +108,10 @@ int main(int argc, char** argv) {
   trace->add_option("JOB", trace_args.job, "abc or jobs/abc")->required();
   trace->add_option("--steps", trace_args.steps,
                     "Steps A:B (at most 64; default: the last 8 steps rank 0 reported)");
+  trace
+      ->add_option("--wait", trace_args.wait_seconds,
+                   "Seconds to wait for the job to run past the last step (0: ask at once)")
+      ->check(CLI::Range(0.0, 86400.0));
   trace->add_option("-o,--output", trace_args.file, "The file to write ('-' for stdout)")
       ->capture_default_str();
 

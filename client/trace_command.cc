@@ -1,14 +1,18 @@
 #include "client/trace_command.h"
 
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "client/exit_codes.h"
 #include "client/job_name.h"
 #include "client/trace_json.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
 #include "loom/v1/job.grpc.pb.h"
 
 namespace loom::client {
@@ -24,6 +28,30 @@ int Fail(CommandContext& ctx, const absl::Status& status) {
   *ctx.err << DescribeError(status, ctx.connection != nullptr ? ctx.connection->server() : "")
            << std::endl;
   return ExitCodeForStatus(status);
+}
+
+// Waits until the job is RUNNING and rank 0 has reported `last_step` (or later), the job ends,
+// or `wait` passes, polling GetJob: a script that submits a job and then traces its first steps
+// gets them instead of an error. Returns the job's last state seen; a failed GetJob's status.
+absl::StatusOr<loom::v1::JobState> WaitForSteps(CommandContext& ctx, const std::string& name,
+                                                int64_t last_step, absl::Duration wait) {
+  const absl::Time deadline = absl::Now() + wait;
+  for (;;) {
+    grpc::ClientContext context;
+    ctx.connection->PrepareUnary(&context);
+    loom::v1::GetJobRequest request;
+    request.set_name(name);
+    loom::v1::Job job;
+    RETURN_IF_ERROR(FromGrpcStatus(ctx.connection->jobs().GetJob(&context, request, &job)));
+    const bool ended = job.state() == loom::v1::SUCCEEDED || job.state() == loom::v1::FAILED ||
+                       job.state() == loom::v1::CANCELLED;
+    // The step the job reports is the last one done; the ring holds it once it was reported.
+    if (ended || (job.state() == loom::v1::RUNNING && job.progress().step() > last_step) ||
+        absl::Now() >= deadline) {
+      return job.state();
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
 }
 
 }  // namespace
@@ -50,6 +78,13 @@ int RunTrace(CommandContext& ctx, const TraceArgs& args) {
   if (!name.ok()) return Fail(ctx, name.status());
   absl::StatusOr<StepRange> steps = ParseStepRange(args.steps);
   if (!steps.ok()) return Fail(ctx, steps.status());
+  if (args.wait_seconds > 0) {
+    // The default range (steps.last == 0) is the latest steps: a RUNNING job with one is enough.
+    absl::StatusOr<loom::v1::JobState> state =
+        WaitForSteps(ctx, *name, std::max<int64_t>(steps->last, 1),
+                     absl::Seconds(std::min(args.wait_seconds, 86400.0)));
+    if (!state.ok()) return Fail(ctx, state.status());
+  }
   grpc::ClientContext context;
   ctx.connection->PrepareUnary(&context);
   loom::v1::GetJobTraceRequest request;

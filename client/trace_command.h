@@ -29,6 +29,9 @@ struct TraceArgs {
   std::string job;
   std::string steps;                // --steps, "" for the default
   std::string file = "trace.json";  // -o/--output; "-" for standard output
+  // --wait: seconds to wait for a job that is not RUNNING yet, or has not run past the last
+  // step of the range, before asking for the trace (0: ask at once).
+  double wait_seconds = 120;
 };
 
 // Fetches the trace and writes the file, then prints one summary line (ranks, events, steps,

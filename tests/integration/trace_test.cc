@@ -130,3 +130,40 @@ TEST_F(TraceIntegrationTest, DataTwoByPipelineTwoTimelineLoadsWithEveryRankInOrd
 
 }  // namespace
 }  // namespace loom::testing
+
+namespace loom::testing {
+namespace {
+
+// A script's `submit` then `trace`: the trace waits (--wait, default 120 s) until the job runs
+// past the range instead of refusing a job that is not RUNNING yet.
+TEST_F(TraceIntegrationTest, TraceRightAfterSubmitWaitsForTheSteps) {
+  cluster_ = std::make_unique<Cluster>(
+      ClusterOptions{.workers = 1, .cpu_devices_per_worker = 1, .rank_program = "loom-train"});
+  ASSERT_TRUE(cluster_->Start().ok());
+  const std::string spec =
+      cluster_->WriteFile("job.yaml",
+                          "name: traced-at-once\n"
+                          "model: {preset: tiny}\n"
+                          "data: {builtin: tiny-corpus}\n"
+                          "train: {steps: 5000, global_batch_tokens: 256, lr: 1.0e-3}\n"
+                          "resources: {cpu_devices: 1}\n"
+                          "env: {OMP_NUM_THREADS: 1, OPENBLAS_NUM_THREADS: 1}\n");
+  const CommandResult submitted = cluster_->Loomctl({"submit", "-f", spec});
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.Describe();
+  const std::string job = submitted.out.substr(0, submitted.out.find('\n'));
+  const std::string file = cluster_->WriteFile("trace.json", "");
+  const CommandResult r = cluster_->Loomctl({"trace", job, "--steps", "4:5", "-o", file});
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  EXPECT_THAT(r.out, HasSubstr("1 rank(s)"));
+  std::ifstream in(file);
+  const nlohmann::json trace = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(trace.is_discarded()) << "not JSON";
+  std::set<int> steps;
+  for (const nlohmann::json& e : trace["traceEvents"]) {
+    if (e.at("ph") == "X") steps.insert(e.at("args").at("step").get<int>());
+  }
+  EXPECT_EQ(steps, (std::set<int>{4, 5}));
+}
+
+}  // namespace
+}  // namespace loom::testing
