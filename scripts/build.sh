@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Configures and builds Loom into build/ (binaries in build/bin). Uses ccache when present; the
-# cache is keyed by content, so a clean clone rebuilds correctly.
+# cache is keyed by content, so a clean clone rebuilds correctly. LOOM_BUILD_TARGETS (space
+# separated, e.g. "loomd loomctl") builds only those targets and what they need; the demo builds
+# only its four binaries this way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,4 +18,9 @@ if command -v ccache >/dev/null 2>&1; then
 fi
 jobs=${LOOM_BUILD_JOBS:-$(nproc)}
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" "$@" >/dev/null
-cmake --build build -j"$jobs"
+read -r -a targets <<<"${LOOM_BUILD_TARGETS:-}"
+if [ ${#targets[@]} -gt 0 ]; then
+  cmake --build build -j"$jobs" --target "${targets[@]}"
+else
+  cmake --build build -j"$jobs"
+fi

@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 
 bash scripts/setup.sh
-bash scripts/build.sh
+# Only what the demo runs (the tests are most of a full build).
+LOOM_BUILD_TARGETS="loomd loom-worker loom-train loomctl" bash scripts/build.sh
 
 run=.cache/demo-cluster
 trap 'deploy/local/cluster.sh down "$run"' EXIT
