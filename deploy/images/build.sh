@@ -38,10 +38,11 @@ while (($#)); do
 done
 suite=bookworm
 mirror=${LOOM_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+security=${LOOM_DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
 
 die() { echo "images: $*" >&2; exit 1; }
 [[ $(id -u) == 0 ]] || die "run as root (mmdebstrap's root mode makes the device nodes and owners)"
-for tool in mmdebstrap umoci dpkg-query ldd; do
+for tool in mmdebstrap umoci dpkg-query ldd cmake; do
   command -v "$tool" >/dev/null || die "$tool is missing: run scripts/setup.sh --images"
 done
 
@@ -64,14 +65,14 @@ libraries only (a CUDA toolkit from elsewhere: build loom-train with Debian's nv
   echo "${!pkgs[@]}"
 }
 
-# build_image NAME IMAGE EXTRA_PACKAGES BINARIES...: the root file system and the OCI image.
+# build_image NAME IMAGE EXTRA_PACKAGES PROGRAM...: the root file system and the OCI image; the
+# first PROGRAM (a path) is the image's entry point.
 build_image() {
   local name=$1 image=$2 extra=$3
   shift 3
-  local binaries=("$@") paths=() b
-  for b in "${binaries[@]}"; do
-    [[ -x $bin/$b ]] || die "$bin/$b is missing: build it (cmake --build build --target $b)"
-    paths+=("$bin/$b")
+  local paths=("$@") b
+  for b in "${paths[@]}"; do
+    [[ -x $b ]] || die "$b is missing: build it (cmake --build build --target $(basename "$b"))"
   done
   local packages
   packages=$(debian_packages "${paths[@]}")
@@ -90,8 +91,8 @@ build_image() {
     hooks+=(--customize-hook="copy-in $root/deploy/images/loom-health-probe /opt/loom/bin")
   fi
   hooks+=(
-    --customize-hook='chroot "$1" groupadd --system --gid 10001 loom'
-    --customize-hook='chroot "$1" useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/loom --create-home --shell /usr/sbin/nologin loom'
+    --customize-hook='chroot "$1" groupadd --gid 10001 loom'
+    --customize-hook='chroot "$1" useradd --uid 10001 --gid 10001 --home-dir /var/lib/loom --create-home --shell /usr/sbin/nologin loom'
     --customize-hook='mkdir -p "$1/run/loom/secrets" && chown 10001:10001 "$1/run/loom/secrets"'
     # No package lists or caches in the image.
     --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin "$1"/usr/share/doc/* "$1"/usr/share/man/*'
@@ -100,7 +101,9 @@ build_image() {
   mmdebstrap --quiet --mode=root --variant=minbase --components="$components" \
     --include="$(echo "$packages" | xargs | tr ' ' ',')" \
     --dpkgopt='path-exclude=/usr/share/locale/*' \
-    "${hooks[@]}" "$suite" "$rootfs" "$mirror"
+    "${hooks[@]}" "$suite" "$rootfs" \
+    "deb $mirror $suite $components" "deb $mirror $suite-updates $components" \
+    "deb $security $suite-security $components"
 
   # The OCI image: one layer holding the root file system, run as loom by default.
   local layout="$out/oci" tag="$name-$LOOM_IMAGE_TAG" bundle="$out/bundle-$name"
@@ -114,7 +117,7 @@ build_image() {
   umoci repack --image "$layout:$tag" "$bundle"
   rm -rf "$bundle"
   umoci config --image "$layout:$tag" --config.user=10001:10001 \
-    --config.entrypoint="/opt/loom/bin/${binaries[0]}" --config.workingdir=/var/lib/loom \
+    --config.entrypoint="/opt/loom/bin/$(basename "${paths[0]}")" --config.workingdir=/var/lib/loom \
     --config.env=PATH=/opt/loom/bin:/usr/local/bin:/usr/bin:/bin \
     --config.label="org.opencontainers.image.title=$image" \
     --config.label="org.opencontainers.image.version=$LOOM_IMAGE_TAG"
@@ -122,17 +125,39 @@ build_image() {
   echo "images: $name -> $image:$LOOM_IMAGE_TAG (oci:$layout:$tag), $(du -sh "$rootfs" | cut -f1) unpacked"
 }
 
+# cpu_train: a loom-train without the CUDA backend for the CPU worker image. build/bin's links
+# the CUDA libraries wherever nvcc was found at configure time; then one is built in
+# build-images/ (-DLOOM_CUDA=OFF; ccache makes a rebuild quick).
+cpu_train() {
+  if ! ldd "$bin/loom-train" | grep -q 'libcudart'; then
+    echo "$bin/loom-train"
+    return
+  fi
+  echo "images: $bin/loom-train links CUDA; building a CPU-only loom-train in build-images/" >&2
+  local launcher=()
+  if command -v ccache >/dev/null 2>&1; then
+    export CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=1
+    launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  fi
+  cmake -S "$root" -B "$root/build-images" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_CUDA=OFF \
+    "${launcher[@]}" >/dev/null
+  cmake --build "$root/build-images" -j"${LOOM_BUILD_JOBS:-$(nproc)}" --target loom-train >&2
+  echo "$root/build-images/bin/loom-train"
+}
+
 start=$(date +%s)
 mkdir -p "$out"
 if [[ -z $only || $only == loomd ]]; then
   # python3-grpcio runs the probe; ca-certificates for TLS tooling in the image.
-  build_image loomd "$LOOMD_IMAGE" "python3-grpcio ca-certificates" loomd loomctl
+  build_image loomd "$LOOMD_IMAGE" "python3-grpcio ca-certificates" "$bin/loomd" "$bin/loomctl"
 fi
 if [[ -z $only || $only == loom-worker ]]; then
   if ((cuda)); then
-    build_image loom-worker-cuda "$LOOM_WORKER_CUDA_IMAGE" "ca-certificates" loom-worker loom-train
+    build_image loom-worker-cuda "$LOOM_WORKER_CUDA_IMAGE" "ca-certificates" \
+      "$bin/loom-worker" "$bin/loom-train"
   else
-    build_image loom-worker "$LOOM_WORKER_IMAGE" "ca-certificates" loom-worker loom-train
+    train=$(cpu_train)
+    build_image loom-worker "$LOOM_WORKER_IMAGE" "ca-certificates" "$bin/loom-worker" "$train"
   fi
 fi
 echo "images: done in $(($(date +%s) - start)) s"

@@ -89,8 +89,9 @@ ctl() {
 job=$(ctl submit -f /tmp/demo.yaml -o json |
   python3 -c 'import json,sys; print(json.load(sys.stdin)["name"])')
 echo "check: submitted $job"
-timeout 600 bash -c "$(declare -f as_loom ctl); d='$d' server='$server'; ctl watch '$job'" ||
-  true
+timeout 600 bash -c "$(declare -f as_loom ctl); d='$d' server='$server'; ctl watch '$job'" \
+  >"$out/check-watch.log" 2>&1 || true
+tail -n 2 "$out/check-watch.log"
 state=$(ctl get "$job" -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
 ctl logs "$job" | tail -n 3 || true
 if [[ $state != SUCCEEDED && $state != JOB_STATE_SUCCEEDED ]]; then
