@@ -4,7 +4,7 @@
 # The CUDA toolkit is optional and not installed here: when nvcc is on PATH (or in
 # /usr/local/cuda/bin) the CUDA backend is built as well. clang-14 and its runtime libraries
 # (libFuzzer, ASan, UBSan) build the fuzz targets (tests/fuzz/run.sh).
-# `setup.sh --images` also installs what deploy/images/build.sh needs (mmdebstrap, umoci).
+# `setup.sh --images` also installs what deploy/images needs (mmdebstrap, umoci; podman, runc).
 set -euo pipefail
 
 packages=(
@@ -23,7 +23,7 @@ if ! command -v kubectl >/dev/null 2>&1; then
   packages+=(kubernetes-client)
 fi
 if [[ ${1:-} == --images ]]; then
-  packages+=(mmdebstrap umoci)
+  packages+=(mmdebstrap umoci podman runc)
 fi
 
 missing=()

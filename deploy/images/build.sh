@@ -42,7 +42,7 @@ security=${LOOM_DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
 
 die() { echo "images: $*" >&2; exit 1; }
 [[ $(id -u) == 0 ]] || die "run as root (mmdebstrap's root mode makes the device nodes and owners)"
-for tool in mmdebstrap umoci dpkg-query ldd cmake; do
+for tool in mmdebstrap umoci dpkg-query ldd cmake objcopy; do
   command -v "$tool" >/dev/null || die "$tool is missing: run scripts/setup.sh --images"
 done
 
@@ -86,7 +86,14 @@ build_image() {
   local hooks=(
     --customize-hook="mkdir -p \"\$1/opt/loom/bin\""
   )
-  for b in "${paths[@]}"; do hooks+=(--customize-hook="copy-in $b /opt/loom/bin"); done
+  # The binaries without their debug sections (RelWithDebInfo: most of their size); symbols stay,
+  # so stack traces keep their function names.
+  local stage="$out/stage-$name"
+  rm -rf "$stage" && mkdir -p "$stage"
+  for b in "${paths[@]}"; do
+    objcopy --strip-debug "$b" "$stage/$(basename "$b")"
+    hooks+=(--customize-hook="copy-in $stage/$(basename "$b") /opt/loom/bin")
+  done
   if [[ $name == loomd ]]; then
     hooks+=(--customize-hook="copy-in $root/deploy/images/loom-health-probe /opt/loom/bin")
   fi
@@ -122,6 +129,7 @@ build_image() {
     --config.label="org.opencontainers.image.title=$image" \
     --config.label="org.opencontainers.image.version=$LOOM_IMAGE_TAG"
   umoci gc --layout "$layout"
+  rm -rf "$stage"
   echo "images: $name -> $image:$LOOM_IMAGE_TAG (oci:$layout:$tag), $(du -sh "$rootfs" | cut -f1) unpacked"
 }
 

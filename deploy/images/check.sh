@@ -1,101 +1,165 @@
 #!/usr/bin/env bash
-# Runs Loom from the images' root file systems (made by deploy/images/build.sh) and trains the
-# demo job (examples/demo.yaml) to SUCCEEDED: loomd from the loomd image, one loom-worker (and
-# its loom-train ranks) from the worker image, each under `chroot` as the images' non-root user
-# (uid 10001), with TLS and tokens from scripts/dev-certs.sh placed where the Kubernetes
-# manifests put them (/run/loom/secrets). loomctl and the probe run from the loomd image too.
-# `chroot`, not a container runtime: podman does not run in this sandbox (see
-# docs/operator-guide.md, "Images"); the root file systems are exactly the images' layers.
+# Runs Loom from the images built by deploy/images/build.sh and trains the demo job
+# (examples/demo.yaml) to SUCCEEDED: loomd from the loomd image, one loom-worker (and its
+# loom-train ranks) from the worker image, as the images' non-root user (uid 10001), with TLS and
+# tokens from scripts/dev-certs.sh where the Kubernetes manifests put them (/run/loom/secrets).
+# loomctl and the health probe run inside the loomd container, as the kubelet's exec probe does.
 #
-# Usage: deploy/images/check.sh [IMAGES_DIR]   (default .cache/images; needs root)
+# Usage: deploy/images/check.sh [--podman] [IMAGES_DIR]   (default .cache/images; needs root)
+#   default   `chroot` into the root file systems (IMAGES_DIR/rootfs): the images' layers, not
+#             their OCI configuration
+#   --podman  the OCI images themselves (IMAGES_DIR/oci) under podman with runc, read-only root
+#             file systems, host network: the entry point and user of the image configuration
+#             too. podman and runc are Debian's (scripts/setup.sh --images); podman's default
+#             ulimits are dropped (a sandbox may not allow raising them) and runc is used
+#             (crun refuses a hybrid cgroup hierarchy).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
+. "$root/deploy/images/images.env"
+mode=chroot
+if [[ ${1:-} == --podman ]]; then
+  mode=podman
+  shift
+fi
 out="${1:-$root/.cache/images}"
-d="$out/rootfs/loomd"
-w="$out/rootfs/loom-worker"
 die() { echo "check: FAIL: $*" >&2; exit 1; }
-[[ $(id -u) == 0 ]] || die "run as root (chroot)"
-[[ -x $d/opt/loom/bin/loomd && -x $w/opt/loom/bin/loom-worker ]] ||
-  die "no root file systems in $out/rootfs: run deploy/images/build.sh first"
+[[ $(id -u) == 0 ]] || die "run as root"
 
 start=$(date +%s)
+tmp=$(mktemp -d)
 mounted=()
 pids=()
+containers=()
 cleanup() {
   local p m
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for m in "${containers[@]}"; do podman rm -f -t 5 "$m" >/dev/null 2>&1 || true; done
   sleep 1
   for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
   for m in "${mounted[@]}"; do umount -R "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
+  rm -rf "$tmp"
 }
 trap cleanup EXIT
-for fs in "$d" "$w"; do
-  mount -t proc proc "$fs/proc" && mounted+=("$fs/proc")
-  mount --rbind /dev "$fs/dev" && mounted+=("$fs/dev")
-  rm -rf "$fs/var/lib/loom/"{state,work,checkpoints} "$fs/tmp/"*
-  install -d -o 10001 -g 10001 "$fs/var/lib/loom/checkpoints" "$fs/run/loom/secrets"
-done
-as_loom() {  # as_loom ROOTFS CMD...: CMD inside ROOTFS as the image's user
-  local fs=$1
-  shift
-  chroot --userspec=10001:10001 "$fs" env HOME=/var/lib/loom "$@"
+
+if [[ $mode == chroot ]]; then
+  d="$out/rootfs/loomd"
+  w="$out/rootfs/loom-worker"
+  [[ -x $d/opt/loom/bin/loomd && -x $w/opt/loom/bin/loom-worker ]] ||
+    die "no root file systems in $out/rootfs: run deploy/images/build.sh first"
+  for fs in "$d" "$w"; do
+    mount -t proc proc "$fs/proc" && mounted+=("$fs/proc")
+    mount --rbind /dev "$fs/dev" && mounted+=("$fs/dev")
+    rm -rf "$fs/var/lib/loom/"{state,work,checkpoints} "$fs/tmp/"*
+  done
+  # Where each container path is on this host.
+  d_secrets=$d/run/loom/secrets d_state=$d/var/lib/loom/state
+  w_secrets=$w/run/loom/secrets w_work=$w/var/lib/loom/work w_ckpt=$w/var/lib/loom/checkpoints
+else
+  command -v podman >/dev/null && command -v runc >/dev/null ||
+    die "podman and runc are missing: scripts/setup.sh --images"
+  printf '[containers]\ndefault_ulimits = []\n' >"$tmp/containers.conf"
+  export CONTAINERS_CONF=$tmp/containers.conf
+  pod() { podman --runtime runc "$@"; }
+  # An OCI layout's path must read as an image reference; an archive of it has no such limit.
+  tar -C "$out/oci" -cf "$tmp/oci.tar" .
+  for name in loomd loom-worker; do
+    pod pull -q "oci-archive:$tmp/oci.tar:$name-$LOOM_IMAGE_TAG" >/dev/null
+    pod tag "localhost/$name-$LOOM_IMAGE_TAG" "check-$name:$LOOM_IMAGE_TAG"
+  done
+  d_secrets=$tmp/d-secrets d_state=$tmp/d-state
+  w_secrets=$tmp/w-secrets w_work=$tmp/w-work w_ckpt=$tmp/w-ckpt
+fi
+install -d -o 10001 -g 10001 "$d_secrets" "$d_state" "$w_secrets" "$w_work" "$w_ckpt"
+
+# start ROLE LOG ARGS...: the role's program (the image's entry point) in the background.
+start() {
+  local role=$1 log=$2
+  shift 2
+  if [[ $mode == chroot ]]; then
+    local fs=$d
+    [[ $role == loomd ]] || fs=$w
+    chroot --userspec=10001:10001 "$fs" env HOME=/var/lib/loom "/opt/loom/bin/$role" "$@" \
+      >"$log" 2>&1 &
+    pids+=($!)
+  else
+    local mounts=(-v "$d_secrets:/run/loom/secrets:ro" -v "$d_state:/var/lib/loom/state")
+    if [[ $role == loom-worker ]]; then
+      mounts=(-v "$w_secrets:/run/loom/secrets:ro" -v "$w_work:/var/lib/loom/work"
+              -v "$w_ckpt:/var/lib/loom/checkpoints" --shm-size=256m)
+    fi
+    containers+=("check-$role")
+    pod run -d --name "check-$role" --network=host --read-only --read-only-tmpfs=false \
+      --tmpfs /tmp "${mounts[@]}" "check-$role:$LOOM_IMAGE_TAG" "$@" >/dev/null
+    (pod logs -f "check-$role" >"$log" 2>&1 &)
+  fi
+}
+# in_loomd CMD...: CMD inside the loomd container, as its user.
+in_loomd() {
+  if [[ $mode == chroot ]]; then
+    chroot --userspec=10001:10001 "$d" env HOME=/var/lib/loom "$@"
+  else
+    pod exec check-loomd "$@"
+  fi
+}
+wait_file() {  # wait_file PATH SECONDS
+  local i
+  for ((i = 0; i < $2 * 5; i++)); do [[ -s $1 ]] && return 0; sleep 0.2; done
+  return 1
 }
 
 # Certificates and tokens: loomd's certificate names loomd.loom.svc (as on Kubernetes) and
 # 127.0.0.1 (here).
-certs=$(mktemp -d)
-bash "$root/scripts/dev-certs.sh" "$certs" DNS:loomd.loom.svc IP:127.0.0.1 >/dev/null
-put() { install -m 600 -o 10001 -g 10001 "$certs/$2" "$1/run/loom/secrets/$3"; }
-put "$d" loomd.pem tls.crt && put "$d" loomd.key tls.key && put "$d" ca.pem ca.crt
-put "$d" tokens tokens && put "$d" user.token user.token
-put "$w" ca.pem ca.crt && put "$w" node.token node.token
-rm -rf "$certs"
+bash "$root/scripts/dev-certs.sh" "$tmp/certs" DNS:loomd.loom.svc IP:127.0.0.1 >/dev/null
+put() { install -m 600 -o 10001 -g 10001 "$tmp/certs/$2" "$1/$3"; }
+put "$d_secrets" loomd.pem tls.crt && put "$d_secrets" loomd.key tls.key
+put "$d_secrets" ca.pem ca.crt && put "$d_secrets" tokens tokens
+put "$d_secrets" user.token user.token
+put "$w_secrets" ca.pem ca.crt && put "$w_secrets" node.token node.token
+install -m 644 -o 10001 -g 10001 "$root/examples/demo.yaml" "$d_state/demo.yaml"
 
-echo "check: loomd (loomd image)"
-as_loom "$d" /opt/loom/bin/loomd --listen=127.0.0.1:0 --metrics-listen=127.0.0.1:0 \
-  --state-dir=/var/lib/loom/state --ready-file=/var/lib/loom/loomd.ready \
+echo "check ($mode): loomd (loomd image)"
+start loomd "$out/check-loomd.log" --listen=127.0.0.1:0 --metrics-listen=127.0.0.1:0 \
+  --state-dir=/var/lib/loom/state --ready-file=/var/lib/loom/state/loomd.ready \
   --tls-cert=/run/loom/secrets/tls.crt --tls-key=/run/loom/secrets/tls.key \
   --tls-client-ca=/run/loom/secrets/ca.crt --tokens-file=/run/loom/secrets/tokens \
-  --checkpoint-roots=/var/lib/loom/checkpoints >"$out/check-loomd.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do [[ -s $d/var/lib/loom/loomd.ready ]] && break; sleep 0.2; done
-[[ -s $d/var/lib/loom/loomd.ready ]] || { cat "$out/check-loomd.log"; die "loomd did not start"; }
+  --checkpoint-roots=/var/lib/loom/checkpoints
+wait_file "$d_state/loomd.ready" 30 || { cat "$out/check-loomd.log"; die "loomd did not start"; }
 server=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["grpc"])' \
-  "$d/var/lib/loom/loomd.ready")
+  "$d_state/loomd.ready")
 
-echo "check: loom-health-probe against loomd (the Kubernetes probe)"
-as_loom "$d" /opt/loom/bin/loom-health-probe --addr="$server" --ca=/run/loom/secrets/ca.crt \
+echo "check ($mode): loom-health-probe against loomd (the Kubernetes probe)"
+in_loomd /opt/loom/bin/loom-health-probe --addr="$server" --ca=/run/loom/secrets/ca.crt \
   --server-name=loomd.loom.svc || die "the health probe failed against a serving loomd"
-if as_loom "$d" /opt/loom/bin/loom-health-probe --addr="$server" --ca=/run/loom/secrets/ca.crt \
+if in_loomd /opt/loom/bin/loom-health-probe --addr="$server" --ca=/run/loom/secrets/ca.crt \
   --server-name=not-loomd.example 2>/dev/null; then
   die "the health probe passed with a name the certificate does not carry"
 fi
 
-echo "check: loom-worker and loom-train (worker image)"
-as_loom "$w" /opt/loom/bin/loom-worker --coordinator="$server" --name=image-check \
+echo "check ($mode): loom-worker and loom-train (worker image)"
+start loom-worker "$out/check-worker.log" --coordinator="$server" --name=image-check \
   --cpu-devices=1 --work-dir=/var/lib/loom/work --checkpoint-roots=/var/lib/loom/checkpoints \
   --tls-ca=/run/loom/secrets/ca.crt --join-token-file=/run/loom/secrets/node.token \
-  --ready-file=/var/lib/loom/worker.ready >"$out/check-worker.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 150); do [[ -s $w/var/lib/loom/worker.ready ]] && break; sleep 0.2; done
-[[ -s $w/var/lib/loom/worker.ready ]] || { cat "$out/check-worker.log"; die "the worker did not start"; }
+  --ready-file=/var/lib/loom/work/worker.ready
+wait_file "$w_work/worker.ready" 60 || { cat "$out/check-worker.log"; die "the worker did not start"; }
 
-echo "check: the demo job (examples/demo.yaml), submitted with loomctl from the loomd image"
-install -m 644 "$root/examples/demo.yaml" "$d/tmp/demo.yaml"
+echo "check ($mode): the demo job (examples/demo.yaml), submitted with loomctl from the loomd image"
 ctl() {
-  as_loom "$d" env LOOM_SERVER="$server" LOOM_TLS_CA=/run/loom/secrets/ca.crt \
+  in_loomd env LOOM_SERVER="$server" LOOM_TLS_CA=/run/loom/secrets/ca.crt \
     LOOM_TOKEN_FILE=/run/loom/secrets/user.token /opt/loom/bin/loomctl "$@"
 }
-job=$(ctl submit -f /tmp/demo.yaml -o json |
+job=$(ctl submit -f /var/lib/loom/state/demo.yaml -o json |
   python3 -c 'import json,sys; print(json.load(sys.stdin)["name"])')
-echo "check: submitted $job"
-timeout 600 bash -c "$(declare -f as_loom ctl); d='$d' server='$server'; ctl watch '$job'" \
-  >"$out/check-watch.log" 2>&1 || true
-tail -n 2 "$out/check-watch.log"
+echo "check ($mode): submitted $job"
+# Follow it for at most 10 minutes (the demo takes well under one).
+ctl watch "$job" >"$out/check-watch.log" 2>&1 &
+watcher=$!
+for ((i = 0; i < 600; i++)); do kill -0 "$watcher" 2>/dev/null || break; sleep 1; done
+kill "$watcher" 2>/dev/null || true
+wait "$watcher" 2>/dev/null || true
+tail -n 1 "$out/check-watch.log"
 state=$(ctl get "$job" -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
-ctl logs "$job" | tail -n 3 || true
 if [[ $state != SUCCEEDED && $state != JOB_STATE_SUCCEEDED ]]; then
   tail -n 30 "$out/check-loomd.log" "$out/check-worker.log"
   die "$job ended $state"
 fi
-echo "check: PASS: $job $state, from the images' root file systems in $(($(date +%s) - start)) s"
+echo "check ($mode): PASS: $job $state, from the images in $(($(date +%s) - start)) s"
