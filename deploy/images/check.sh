@@ -13,12 +13,16 @@
 #             too. podman and runc are Debian's (scripts/setup.sh --images); podman's default
 #             ulimits are dropped (a sandbox may not allow raising them) and runc is used
 #             (crun refuses a hybrid cgroup hierarchy).
+#   --manifests the same images, but run as the pods of the rendered deploy/k8s dev overlay
+#             (deploy/images/run_pods.py: init containers, users, capabilities, volumes, probes,
+#             the manifests' own commands and flags); Services resolve to 127.0.0.1. Uses the
+#             fixed ports of the manifests (7070 to 7073).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 . "$root/deploy/images/images.env"
 mode=chroot
-if [[ ${1:-} == --podman ]]; then
-  mode=podman
+if [[ ${1:-} == --podman || ${1:-} == --manifests ]]; then
+  mode=${1#--}
   shift
 fi
 out="${1:-$root/.cache/images}"
@@ -40,6 +44,54 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
+
+# manifests: the dev overlay's pods, run by run_pods.py, then the demo job through them.
+manifests() {
+  local certs=$tmp/certs secrets=$tmp/secrets
+  bash "$root/scripts/dev-certs.sh" "$certs" DNS:loomd.loom.svc IP:127.0.0.1 >/dev/null
+  mkdir -p "$secrets"/{loomd-tls,loomd-tokens,loom-worker}
+  cp "$certs/loomd.pem" "$secrets/loomd-tls/tls.crt"
+  cp "$certs/loomd.key" "$secrets/loomd-tls/tls.key"
+  cp "$certs/ca.pem" "$secrets/loomd-tls/ca.crt"
+  cp "$certs/tokens" "$secrets/loomd-tokens/tokens"
+  cp "$certs/ca.pem" "$secrets/loom-worker/ca.crt"
+  cp "$certs/node.token" "$secrets/loom-worker/node.token"
+  kubectl kustomize "$root/deploy/k8s/overlays/dev" >"$tmp/dev.yaml" 2>/dev/null
+  local map="$LOOMD_IMAGE:$LOOM_IMAGE_TAG=check-loomd:$LOOM_IMAGE_TAG"
+  map+=",$LOOM_WORKER_IMAGE:$LOOM_IMAGE_TAG=check-loom-worker:$LOOM_IMAGE_TAG"
+  containers+=(pods-loomd-loomd pods-loom-worker-loom-worker)
+  echo "check (manifests): the dev overlay's loomd and loom-worker pods, with their probes"
+  python3 "$root/deploy/images/run_pods.py" "$tmp/dev.yaml" "$tmp/pods" "$map" "$secrets" \
+    >/dev/null || die "the pods did not start (run_pods.py above)"
+  pod logs pods-loomd-loomd >"$out/check-loomd.log" 2>&1 || true
+  install -m 644 "$root/examples/demo.yaml" "$tmp/pods/loomd/state/demo.yaml"
+  local user_token
+  user_token=$(cat "$certs/user.token")
+  mctl() {
+    pod exec -e LOOM_SERVER=loomd.loom.svc:7070 -e LOOM_TLS_CA=/run/loom/secrets/ca.crt \
+      -e LOOM_TOKEN="$user_token" pods-loomd-loomd /opt/loom/bin/loomctl "$@"
+  }
+  # The worker's health port serves before it has registered (it measures its devices first).
+  local i
+  for ((i = 0; i < 60; i++)); do
+    mctl nodes -o json 2>/dev/null | grep -q '"READY"\|NODE_STATE_READY\|"ready"' && break
+    sleep 1
+  done
+  echo "check (manifests): the demo job, submitted with loomctl inside the loomd pod"
+  local job state
+  job=$(mctl submit -f /var/lib/loom/state/demo.yaml -o json |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["name"])')
+  timeout 600 podman --runtime runc exec -e LOOM_SERVER=loomd.loom.svc:7070 \
+    -e LOOM_TLS_CA=/run/loom/secrets/ca.crt -e LOOM_TOKEN="$user_token" pods-loomd-loomd \
+    /opt/loom/bin/loomctl watch "$job" >"$out/check-watch.log" 2>&1 || true
+  tail -n 1 "$out/check-watch.log"
+  state=$(mctl get "$job" -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
+  if [[ $state != SUCCEEDED && $state != JOB_STATE_SUCCEEDED ]]; then
+    pod logs pods-loom-worker-loom-worker 2>&1 | tail -n 30
+    die "$job ended $state"
+  fi
+  echo "check (manifests): PASS: $job $state, in the dev overlay's pods, in $(($(date +%s) - start)) s"
+}
 
 if [[ $mode == chroot ]]; then
   d="$out/rootfs/loomd"
@@ -66,6 +118,10 @@ else
     pod pull -q "oci-archive:$tmp/oci.tar:$name-$LOOM_IMAGE_TAG" >/dev/null
     pod tag "localhost/$name-$LOOM_IMAGE_TAG" "check-$name:$LOOM_IMAGE_TAG"
   done
+  if [[ $mode == manifests ]]; then
+    manifests
+    exit 0
+  fi
   d_secrets=$tmp/d-secrets d_state=$tmp/d-state
   w_secrets=$tmp/w-secrets w_work=$tmp/w-work w_ckpt=$tmp/w-ckpt
 fi
