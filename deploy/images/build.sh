@@ -56,7 +56,8 @@ debian_packages() {
     # usrmerge: dpkg knows a file by the path its package shipped, /lib or /usr/lib.
     pkg=""
     for candidate in "$lib" "$real" "${lib#/usr}" "/usr$lib" "${real#/usr}" "/usr$real"; do
-      pkg=$(dpkg-query -S "$candidate" 2>/dev/null | head -n1 | cut -d: -f1) && [[ -n $pkg ]] && break
+      pkg=$(dpkg-query -S "$candidate" 2>/dev/null | head -n1 | cut -d: -f1)
+      [[ -n $pkg ]] && break
     done
     [[ -n $pkg ]] || die "$lib (loaded by $*) is in no Debian package; the images hold Debian's \
 libraries only (a CUDA toolkit from elsewhere: build loom-train with Debian's nvidia-cuda-toolkit)"
@@ -99,10 +100,12 @@ build_image() {
   fi
   hooks+=(
     --customize-hook='chroot "$1" groupadd --gid 10001 loom'
-    --customize-hook='chroot "$1" useradd --uid 10001 --gid 10001 --home-dir /var/lib/loom --create-home --shell /usr/sbin/nologin loom'
+    --customize-hook='chroot "$1" useradd --uid 10001 --gid 10001 --home-dir /var/lib/loom \
+      --create-home --shell /usr/sbin/nologin loom'
     --customize-hook='mkdir -p "$1/run/loom/secrets" && chown 10001:10001 "$1/run/loom/secrets"'
     # No package lists or caches in the image.
-    --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin "$1"/usr/share/doc/* "$1"/usr/share/man/*'
+    --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin'
+    --customize-hook='rm -rf "$1"/usr/share/doc/* "$1"/usr/share/man/*'
   )
   # minbase: essential packages and apt only; no recommends.
   mmdebstrap --quiet --mode=root --variant=minbase --components="$components" \
@@ -124,13 +127,15 @@ build_image() {
   umoci repack --image "$layout:$tag" "$bundle"
   rm -rf "$bundle"
   umoci config --image "$layout:$tag" --config.user=10001:10001 \
-    --config.entrypoint="/opt/loom/bin/$(basename "${paths[0]}")" --config.workingdir=/var/lib/loom \
+    --config.entrypoint="/opt/loom/bin/$(basename "${paths[0]}")" \
+    --config.workingdir=/var/lib/loom \
     --config.env=PATH=/opt/loom/bin:/usr/local/bin:/usr/bin:/bin \
     --config.label="org.opencontainers.image.title=$image" \
     --config.label="org.opencontainers.image.version=$LOOM_IMAGE_TAG"
   umoci gc --layout "$layout"
   rm -rf "$stage"
-  echo "images: $name -> $image:$LOOM_IMAGE_TAG (oci:$layout:$tag), $(du -sh "$rootfs" | cut -f1) unpacked"
+  echo "images: $name -> $image:$LOOM_IMAGE_TAG (oci:$layout:$tag)," \
+    "$(du -sh "$rootfs" | cut -f1) unpacked"
 }
 
 # cpu_train: a loom-train without the CUDA backend for the CPU worker image. build/bin's links

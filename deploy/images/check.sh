@@ -40,7 +40,9 @@ cleanup() {
   for m in "${containers[@]}"; do podman rm -f -t 5 "$m" >/dev/null 2>&1 || true; done
   sleep 1
   for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-  for m in "${mounted[@]}"; do umount -R "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
+  for m in "${mounted[@]}"; do
+    umount -R "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+  done
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -85,12 +87,14 @@ manifests() {
     -e LOOM_TLS_CA=/run/loom/secrets/ca.crt -e LOOM_TOKEN="$user_token" pods-loomd-loomd \
     /opt/loom/bin/loomctl watch "$job" >"$out/check-watch.log" 2>&1 || true
   tail -n 1 "$out/check-watch.log"
-  state=$(mctl get "$job" -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
+  state=$(mctl get "$job" -o json |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
   if [[ $state != SUCCEEDED && $state != JOB_STATE_SUCCEEDED ]]; then
     pod logs pods-loom-worker-loom-worker 2>&1 | tail -n 30
     die "$job ended $state"
   fi
-  echo "check (manifests): PASS: $job $state, in the dev overlay's pods, in $(($(date +%s) - start)) s"
+  echo "check (manifests): PASS: $job $state, in the dev overlay's pods," \
+    "in $(($(date +%s) - start)) s"
 }
 
 if [[ $mode == chroot ]]; then
@@ -196,7 +200,8 @@ start loom-worker "$out/check-worker.log" --coordinator="$server" --name=image-c
   --cpu-devices=1 --work-dir=/var/lib/loom/work --checkpoint-roots=/var/lib/loom/checkpoints \
   --tls-ca=/run/loom/secrets/ca.crt --join-token-file=/run/loom/secrets/node.token \
   --ready-file=/var/lib/loom/work/worker.ready
-wait_file "$w_work/worker.ready" 60 || { cat "$out/check-worker.log"; die "the worker did not start"; }
+wait_file "$w_work/worker.ready" 60 ||
+  { cat "$out/check-worker.log"; die "the worker did not start"; }
 
 echo "check ($mode): the demo job (examples/demo.yaml), submitted with loomctl from the loomd image"
 ctl() {

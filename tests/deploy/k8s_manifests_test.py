@@ -84,7 +84,8 @@ def containers(spec):
 
 
 def find(docs, kind, name=None):
-    found = [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+    found = [d for d in docs
+             if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
     if not found:
         raise Failure(f"no {kind}{'/' + name if name else ''} in the rendered objects")
     return found
@@ -110,7 +111,8 @@ def accepted_flags(program, bin_dir):
     try:
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
     except FileNotFoundError:
-        raise Failure(f"{cmd[0]} not found: build it first (cmake --build build --target {program})")
+        raise Failure(f"{cmd[0]} not found: build it first "
+                      f"(cmake --build build --target {program})")
     if result.returncode != 0:
         raise Failure(f"{' '.join(cmd)} exited {result.returncode}: {result.stderr.strip()}")
     flags = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", result.stdout))
@@ -188,7 +190,8 @@ def check_rules_with_promtool(rule):
         result = subprocess.run([promtool, "check", "rules", f.name], capture_output=True,
                                 text=True)
     if result.returncode != 0:
-        raise Failure(f"promtool check rules on PrometheusRule/loom: {result.stdout}{result.stderr}")
+        raise Failure("promtool check rules on PrometheusRule/loom: "
+                      f"{result.stdout}{result.stderr}")
 
 
 def check_generated(docs):
@@ -257,7 +260,8 @@ def check_consistency(docs, overlay, expected_images):
         templates = set()
         for d in docs:
             if obj_id(d) == wid:
-                templates = {t["metadata"]["name"] for t in d["spec"].get("volumeClaimTemplates", [])}
+                templates = {t["metadata"]["name"]
+                             for t in d["spec"].get("volumeClaimTemplates", [])}
         for c in containers(spec):
             for m in c.get("volumeMounts", []):
                 if m["name"] not in volumes and m["name"] not in templates:
@@ -293,7 +297,7 @@ def check_consistency(docs, overlay, expected_images):
     vols = {v["name"]: v for v in worker["volumes"]}
     claim = vols.get(mounts.get(roots), {}).get("persistentVolumeClaim", {}).get("claimName")
     if not claim:
-        raise Failure(f"the worker's --checkpoint-roots={roots} is not a PersistentVolumeClaim mount")
+        raise Failure(f"the worker's --checkpoint-roots={roots} is not a claim's mount")
     pvc = find(docs, "PersistentVolumeClaim", claim)[0]
     want_mode = "ReadWriteOnce" if overlay == "dev" else "ReadWriteMany"
     if pvc["spec"]["accessModes"] != [want_mode]:
