@@ -35,11 +35,14 @@ mounted=()
 pids=()
 containers=()
 cleanup() {
-  local p m
+  local p m i
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   for m in "${containers[@]}"; do podman rm -f -t 5 "$m" >/dev/null 2>&1 || true; done
-  sleep 1
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do  # the worker stops its ranks first
+    for ((i = 0; i < 50; i++)); do kill -0 "$p" 2>/dev/null || break; sleep 0.2; done
+    kill -KILL "$p" 2>/dev/null || true
+    wait "$p" 2>/dev/null || true
+  done
   for m in "${mounted[@]}"; do
     umount -R "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
   done
