@@ -239,15 +239,27 @@ def check_consistency(docs, overlay, expected_images):
             if port["targetPort"] not in ports:
                 raise Failure(f"{obj_id(svc)} targets port {port['targetPort']!r}, not a port of "
                               f"{pods[0][0]}")
+    jobs = set()
     for pm in find(docs, "PodMonitor"):
         sel = pm["spec"]["selector"]["matchLabels"]
         pods = [s for _, s, labels in workloads if selects(sel, labels)]
         if not pods:
             raise Failure(f"{obj_id(pm)} selects no pods")
+        # The scrape job is named by the pods' jobLabel (else namespace/name, which the rules'
+        # and dashboards' `up{job=...}` would not match); Loom's own `job` label must win.
+        job_label = pm["spec"].get("jobLabel")
+        jobs |= {labels.get(job_label) for _, _, labels in workloads if selects(sel, labels)}
+        if any(not ep.get("honorLabels") for ep in pm["spec"]["podMetricsEndpoints"]):
+            raise Failure(f"{obj_id(pm)}: every endpoint needs honorLabels: true (Loom's series "
+                          "carry their own `job` label)")
         ports = {p["name"] for s in pods for c in s["containers"] for p in c.get("ports", [])}
         for ep in pm["spec"]["podMetricsEndpoints"]:
             if ep["port"] not in ports:
                 raise Failure(f"{obj_id(pm)} scrapes port {ep['port']!r}, which the pods lack")
+    want_jobs = scrape_job_names()
+    if jobs != want_jobs:
+        raise Failure(f"the PodMonitors name their scrape jobs {sorted(map(str, jobs))}, "
+                      f"the alert rules and dashboards expect {sorted(want_jobs)}")
     for pdb in find(docs, "PodDisruptionBudget"):
         if not any(selects(pdb["spec"]["selector"]["matchLabels"], l) for _, _, l in workloads):
             raise Failure(f"{obj_id(pdb)} selects no pods")
@@ -333,6 +345,20 @@ def check_consistency(docs, overlay, expected_images):
             if c["image"] != want:
                 raise Failure(f"{wid} {c['name']}: image {c['image']}, deploy/images/images.env "
                               f"says {want}")
+
+
+def scrape_job_names():
+    """loomd and loom-worker: the scrape jobs the alert rules and dashboards are written against
+    (`up{job="loomd"}`); deploy/prometheus/prometheus.yml, where it exists, must name them."""
+    want = {"loomd", "loom-worker"}
+    path = ROOT / "deploy" / "prometheus" / "prometheus.yml"
+    if path.exists():
+        config = yaml.safe_load(path.read_text())
+        names = {c.get("job_name") for c in config.get("scrape_configs", [])}
+        if not want <= names:
+            raise Failure(f"{path.relative_to(ROOT)} has scrape jobs {sorted(map(str, names))}, "
+                          f"not {sorted(want)}")
+    return want
 
 
 def expected_images():
