@@ -79,7 +79,7 @@ build_image() {
   packages=$(debian_packages "${paths[@]}")
   packages="$packages $extra"
   local components=main
-  if [[ $packages == *cuda* || $packages == *cublas* ]]; then components="main contrib non-free"; fi
+  if [[ $packages =~ cuda|cublas|nccl ]]; then components="main contrib non-free"; fi
   echo "images: $name: Debian packages: $(echo "$packages" | tr ' ' '\n' | sort -u | xargs)"
   local rootfs="$out/rootfs/$name"
   rm -rf "$rootfs"
