@@ -4,6 +4,7 @@
 # The CUDA toolkit is optional and not installed here: when nvcc is on PATH (or in
 # /usr/local/cuda/bin) the CUDA backend is built as well. clang-14 and its runtime libraries
 # (libFuzzer, ASan, UBSan) build the fuzz targets (tests/fuzz/run.sh).
+# `setup.sh --images` also installs what deploy/images needs (mmdebstrap, umoci; podman, runc).
 set -euo pipefail
 
 packages=(
@@ -13,7 +14,17 @@ packages=(
   libgloo-dev libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
   libssl-dev openssl prometheus python3 python3-venv
   clang-14 libclang-rt-14-dev
+  # tests/deploy: a virtual environment for the schema validator; deploy/k8s/generate.py.
+  python3-yaml
 )
+# kubectl renders deploy/k8s (tests/deploy). Debian's kubernetes-client only when no kubectl is
+# on PATH: a newer kubectl someone installed is left alone (the manifests render with both).
+if ! command -v kubectl >/dev/null 2>&1; then
+  packages+=(kubernetes-client)
+fi
+if [[ ${1:-} == --images ]]; then
+  packages+=(mmdebstrap umoci podman runc)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
