@@ -49,4 +49,19 @@ void RedactForeign(const auth::Principal& who, v1::Job* job) {
   for (auto& [name, value] : *job->mutable_spec()->mutable_env()) value = kHiddenEnvValue;
 }
 
+absl::Status AuthorizeNode(const grpc::ServerContextBase* context,
+                           auth::Authenticator* authenticator, const std::string& node_id) {
+  absl::StatusOr<auth::Principal> who = Authenticate(context, authenticator);
+  if (!who.ok()) return who.status();
+  if (who->method == "open" || who->may_be_node(node_id)) return absl::OkStatus();
+  if (who->role == auth::Role::kNode) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "this node credential is for node \"", who->subject.substr(0, 63), "\", not \"",
+        node_id.substr(0, 63), "\"; run the worker with --node-id=", who->subject.substr(0, 63)));
+  }
+  return absl::PermissionDeniedError(
+      "registering a node needs a node credential (loom-worker --join-token-file, or a client "
+      "certificate named node:NODE_ID); user and admin credentials cannot pose as a worker");
+}
+
 }  // namespace loom::rpc

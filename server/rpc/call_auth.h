@@ -30,6 +30,11 @@ absl::StatusOr<auth::Principal> Authenticate(const grpc::ServerContextBase* cont
 absl::StatusOr<auth::Principal> AuthenticatePerson(const grpc::ServerContextBase* context,
                                                    auth::Authenticator* authenticator);
 
+// OK when the caller holds a credential for node `node_id` (or loomd authenticates nobody);
+// PERMISSION_DENIED naming the fix otherwise (RegisterNode and Session).
+absl::Status AuthorizeNode(const grpc::ServerContextBase* context,
+                           auth::Authenticator* authenticator, const std::string& node_id);
+
 // The tenant that owns `job` ("default" for jobs stored before tenants existed).
 std::string TenantOf(const v1::Job& job);
 // OK when `who` may see and act on `job`; PERMISSION_DENIED naming the job otherwise.

@@ -1,13 +1,8 @@
 // NodeService over gRPC: a thin adapter from workers to JobManager.
 //
-// Session design (sync API): the handler thread is the session's reader. It reads `hello`,
-// opens the session in the manager with a StreamSink, and then hands every message to the
-// manager. The downward half is a StreamSink: the manager queues CoordinatorMessages into it
-// without blocking (it holds its lock while it does), and a writer thread owned by the handler
-// drains the queue into the stream. Sync streams allow one reader and one writer at a time, so
-// this is safe, and a slow worker never blocks the manager. When the manager ends a session
-// (a newer session replaced it, the node was declared LOST, loomd shuts down) the sink cancels
-// the call, which wakes the reader; the handler then joins the writer and returns.
+// Threading: the unary methods use the sync gRPC API (each call runs on a gRPC handler thread).
+// Session uses the callback API (session_reactor.h): an open session holds no thread, so the
+// number of workers does not set loomd's thread count.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -18,7 +13,8 @@
 
 namespace loom::rpc {
 
-class NodeServiceImpl final : public v1::NodeService::Service {
+class NodeServiceImpl final
+    : public v1::NodeService::WithCallbackMethod_Session<v1::NodeService::Service> {
  public:
   // `manager` must outlive the service.
   // Both must outlive the service. RegisterNode and Session need a node credential for the
@@ -34,9 +30,9 @@ class NodeServiceImpl final : public v1::NodeService::Service {
                          v1::Node* response) override;
   grpc::Status DeleteNode(grpc::ServerContext* context, const v1::DeleteNodeRequest* request,
                           v1::DeleteNodeResponse* response) override;
-  grpc::Status Session(
-      grpc::ServerContext* context,
-      grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream) override;
+  // One worker's session: `hello` first, then status up and assignments down (SessionReactor).
+  grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* Session(
+      grpc::CallbackServerContext* context) override;
 
  private:
   jobs::JobManager* const manager_;

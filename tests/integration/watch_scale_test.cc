@@ -319,5 +319,106 @@ TEST_F(WatchScaleTest, AThousandLogFollowersHoldNoThreadEachAndEndWithTheJob) {
   for (auto& f : followers) EXPECT_TRUE(f->status().ok()) << f->status().error_message();
 }
 
+// One worker's Session stream, driven with the client callback API: it sends `hello` and
+// reads whatever loomd sends until the stream ends.
+class FakeWorkerSession final
+    : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage> {
+ public:
+  FakeWorkerSession(v1::NodeService::Stub* stub, const std::string& node) {
+    hello_.mutable_hello()->set_node_id(node);
+    stub->async()->Session(&context_, this);
+    StartWrite(&hello_);
+    StartRead(&in_);
+    StartCall();
+  }
+  ~FakeWorkerSession() {
+    context_.TryCancel();
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(&done_), absl::Seconds(30));
+  }
+  void OnWriteDone(bool) override {}
+  void OnReadDone(bool ok) override {
+    if (ok) StartRead(&in_);
+  }
+  void OnDone(const grpc::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    status_ = status;
+    done_ = true;
+  }
+  bool done() {
+    absl::MutexLock lock(&mu_);
+    return done_;
+  }
+  grpc::Status status() {
+    absl::MutexLock lock(&mu_);
+    return status_;
+  }
+
+ private:
+  grpc::ClientContext context_;
+  v1::WorkerMessage hello_;
+  v1::CoordinatorMessage in_;
+  absl::Mutex mu_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+// Worker sessions on the callback API: hundreds of open sessions cost loomd no thread each; a
+// second session for a live node is refused (ALREADY_EXISTS) without disturbing the first; a
+// session loomd ends (the node deleted) ends ABORTED with why.
+TEST_F(WatchScaleTest, WorkerSessionsHoldNoThreadEach) {
+  const int sessions = std::max(50, kWatchers / 5);
+  auto stub = v1::NodeService::NewStub(
+      grpc::CreateChannel(cluster_->loomd_address(), grpc::InsecureChannelCredentials()));
+  for (int i = 0; i < sessions; ++i) {
+    grpc::ClientContext context;
+    v1::RegisterNodeRequest node;
+    node.set_node_id(absl::StrCat("session-node-", i));
+    node.set_hostname("localhost");
+    v1::Device* d = node.add_devices();
+    d->set_kind(v1::DEVICE_KIND_CPU);
+    d->set_index(0);
+    v1::RegisterNodeResponse registered;
+    ASSERT_TRUE(stub->RegisterNode(&context, node, &registered).ok());
+  }
+  const int threads_before = ThreadCount(cluster_->loomd().pid());
+  std::vector<std::unique_ptr<FakeWorkerSession>> open;
+  for (int i = 0; i < sessions; ++i) {
+    open.push_back(
+        std::make_unique<FakeWorkerSession>(stub.get(), absl::StrCat("session-node-", i)));
+  }
+  // A live node's second session is refused; the first stays.
+  FakeWorkerSession second(stub.get(), "session-node-0");
+  ASSERT_TRUE(WaitFor([&] { return second.done(); }, absl::Seconds(30)));
+  EXPECT_EQ(second.status().error_code(), grpc::StatusCode::ALREADY_EXISTS)
+      << second.status().error_message();
+  absl::SleepFor(absl::Seconds(1));
+  for (int i = 0; i < sessions; ++i) {
+    ASSERT_FALSE(open[i]->done()) << "session " << i << ": " << open[i]->status().error_message();
+  }
+  const int threads_open = ThreadCount(cluster_->loomd().pid());
+  EXPECT_LT(threads_open, threads_before + 50)
+      << "loomd has " << threads_open << " threads with " << sessions << " worker sessions";
+  EXPECT_LT(threads_open, 100);
+  std::cout << "loomd threads: " << threads_before << " before, " << threads_open << " with "
+            << sessions << " worker sessions\n";
+
+  // loomd ends a session: the node is deleted (force, as it is READY).
+  {
+    grpc::ClientContext context;
+    v1::DeleteNodeRequest request;
+    request.set_name("nodes/session-node-1");
+    request.set_force(true);
+    v1::DeleteNodeResponse response;
+    const grpc::Status s = stub->DeleteNode(&context, request, &response);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  ASSERT_TRUE(WaitFor([&] { return open[1]->done(); }, absl::Seconds(30)));
+  EXPECT_EQ(open[1]->status().error_code(), grpc::StatusCode::ABORTED)
+      << open[1]->status().error_message();
+  EXPECT_THAT(open[1]->status().error_message(), ::testing::HasSubstr("loomd ended this session"));
+  EXPECT_FALSE(open[0]->done());
+}
+
 }  // namespace
 }  // namespace loom::testing
