@@ -13,6 +13,7 @@ packages=(
   libgloo-dev libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
   libssl-dev openssl prometheus python3
   clang-14 libclang-rt-14-dev
+  prometheus-cpp-dev
 )
 
 missing=()
