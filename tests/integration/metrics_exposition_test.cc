@@ -56,17 +56,21 @@ TEST_F(IntegrationTest, PrometheusExpositionOfLoomdAndWorkersPassesPromtool) {
   ASSERT_THAT(loomd, ::testing::MatchesRegex("127\\.0\\.0\\.1:[0-9]+"));
   ASSERT_THAT(worker, ::testing::MatchesRegex("127\\.0\\.0\\.1:[0-9]+"));
 
-  absl::StatusOr<std::string> job = Submit({.name = "scraped", .devices = 4, .steps = 30});
+  absl::StatusOr<std::string> job = Submit({.name = "scraped", .devices = 4, .steps = 50});
   ASSERT_TRUE(job.ok()) << job.status();
-  const std::string job_label = absl::StrCat("job=\"", *job, "\"");
+  // Series carry the job id without its "jobs/" prefix.
+  const std::string job_label = absl::StrCat("job=\"", job->substr(job->find('/') + 1), "\"");
   // While the job runs, loomd exports its per-job series.
   CommandResult running;
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   do {
     running = ScrapeAndCheck(loomd);
     ASSERT_EQ(running.exit_code, 0) << running.Describe();
-    if (running.out.find("loom_job_goodput_ratio{" + job_label) != std::string::npos) break;
-    absl::SleepFor(absl::Milliseconds(200));
+    if (running.out.find("loom_job_goodput_ratio{" + job_label) != std::string::npos &&
+        running.out.find("loom_jobs{state=\"RUNNING\"} 1\n") != std::string::npos) {
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(100));
   } while (absl::Now() < deadline);
   // Names, help texts and types as before prometheus-cpp (a dashboard or an alert rule depends
   // on them).
