@@ -1,12 +1,16 @@
 // The HTTP endpoint Prometheus scrapes: prometheus-cpp's Exposer (civetweb underneath) serving a
-// metrics::Registry at GET /metrics (text exposition format 0.0.4, gzip when asked for). Other
-// paths are 404. There is no /healthz: Kubernetes probes loomd and the worker over gRPC health.
+// metrics::Registry at GET /metrics (text exposition format 0.0.4, gzip when asked for). Paths
+// that do not start with /metrics are 404 (civetweb matches by prefix). There is no /healthz:
+// Kubernetes probes loomd and the worker over gRPC health.
 //
-// Hardening, through civetweb's options: a bounded pool of kThreads request threads, and a
-// request timeout after which a connection that has not sent a whole request is dropped. A
-// connection that sends nothing holds one thread until that timeout, so up to kThreads - 1
-// silent (or trickling) clients cannot delay a scrape, and kThreads of them delay it at most by
-// the timeout. Requests are bounded to 8 KiB; connections are not kept alive.
+// Hardening, through civetweb's options: a bounded pool of request threads (Options::threads),
+// and a request timeout after which a connection that has not sent a whole request is dropped. A
+// connection that sends nothing holds one thread until that timeout, so up to threads - 1 silent
+// (or trickling) clients cannot delay a scrape; a flood of them delays it by up to one timeout
+// per `threads` of them queued ahead of it (civetweb serves accepted connections in order).
+// Requests are bounded to 8 KiB; connections are not kept alive. prometheus-cpp adds its own series
+// to the endpoint (exposer_scrapes_total, exposer_transferred_bytes_total,
+// exposer_request_latencies).
 //
 // IPv4 only: Debian 12's civetweb is built without IPv6, so an IPv6 address is INVALID_ARGUMENT.
 #pragma once

@@ -194,14 +194,14 @@ absl::StatusOr<std::unique_ptr<LoomdServer>> LoomdServer::Start(const LoomdConfi
   manager->SetRendezvousAddress(s->advertise_);
 
   if (!config.metrics_listen.empty()) {
-    absl::StatusOr<std::unique_ptr<metrics::MetricsExposer>> http =
+    absl::StatusOr<std::unique_ptr<metrics::MetricsExposer>> exposer =
         metrics::MetricsExposer::Start(config.metrics_listen, s->registry_.get());
-    if (!http.ok()) {
+    if (!exposer.ok()) {
       s->Shutdown();
-      return absl::Status(http.status().code(),
-                          absl::StrCat("--metrics-listen: ", http.status().message()));
+      return absl::Status(exposer.status().code(),
+                          absl::StrCat("--metrics-listen: ", exposer.status().message()));
     }
-    s->metrics_exposer_ = std::move(*http);
+    s->metrics_exposer_ = std::move(*exposer);
     s->metrics_address_ = s->metrics_exposer_->address();
   }
   manager->StartTicker(config.tick_interval);
