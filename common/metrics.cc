@@ -1,68 +1,16 @@
 #include "common/metrics.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
-#include <limits>
-#include <variant>
+#include <cstdint>
 
 #include "common/logging.h"
+#include "prometheus/check_names.h"
+#include "prometheus/family.h"
+#include "prometheus/registry.h"
+#include "prometheus/text_serializer.h"
 
 namespace loom::metrics {
-
-// ---------------------------------------------------------------------------------------------
-// Metric types.
-
-void Counter::Increment(double by) {
-  if (!(by >= 0.0)) return;  // also rejects NaN
-  value_.fetch_add(by, std::memory_order_relaxed);
-}
-
-double Counter::Value() const { return value_.load(std::memory_order_relaxed); }
-
-void Gauge::Set(double v) { value_.store(v, std::memory_order_relaxed); }
-void Gauge::Increment(double by) { value_.fetch_add(by, std::memory_order_relaxed); }
-void Gauge::Decrement(double by) { value_.fetch_sub(by, std::memory_order_relaxed); }
-double Gauge::Value() const { return value_.load(std::memory_order_relaxed); }
-
-namespace {
-
-std::vector<double> NormalizeBuckets(std::vector<double> buckets) {
-  std::erase_if(buckets, [](double b) { return std::isnan(b) || b == HUGE_VAL; });
-  std::sort(buckets.begin(), buckets.end());
-  buckets.erase(std::unique(buckets.begin(), buckets.end()), buckets.end());
-  return buckets;
-}
-
-}  // namespace
-
-Histogram::Histogram(std::vector<double> buckets)
-    : bounds_(NormalizeBuckets(std::move(buckets))),
-      counts_(new std::atomic<uint64_t>[bounds_.size() + 1]) {
-  for (size_t i = 0; i <= bounds_.size(); ++i) counts_[i].store(0, std::memory_order_relaxed);
-}
-
-void Histogram::Observe(double v) {
-  if (std::isnan(v)) return;
-  // Prometheus buckets are "less than or equal": v lands in the first bound >= v.
-  const size_t i = std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin();
-  counts_[i].fetch_add(1, std::memory_order_relaxed);
-  sum_.fetch_add(v, std::memory_order_relaxed);
-}
-
-std::vector<uint64_t> Histogram::CumulativeCounts() const {
-  std::vector<uint64_t> out(bounds_.size() + 1);
-  uint64_t running = 0;
-  for (size_t i = 0; i < out.size(); ++i) {
-    running += counts_[i].load(std::memory_order_relaxed);
-    out[i] = running;
-  }
-  return out;
-}
-
-uint64_t Histogram::Count() const { return CumulativeCounts().back(); }
-
-double Histogram::Sum() const { return sum_.load(std::memory_order_relaxed); }
 
 std::vector<double> ExponentialBuckets(double start, double factor, int count) {
   std::vector<double> out;
@@ -77,53 +25,16 @@ std::vector<double> LinearBuckets(double start, double width, int count) {
   return out;
 }
 
-// ---------------------------------------------------------------------------------------------
-// Registry internals.
-
-struct Registry::Series {
-  Labels labels;  // sorted by name, values valid UTF-8
-  bool exported = true;
-  std::variant<std::unique_ptr<Counter>, std::unique_ptr<Gauge>, std::unique_ptr<Histogram>> metric;
-};
-
-struct Registry::Family {
-  std::string help;
-  Type type;
-  std::vector<double> bounds;  // histograms only, normalized
-  std::map<Labels, std::unique_ptr<Series>> series;
-};
-
 namespace {
 
-const char* TypeName(int type) {
-  switch (type) {
-    case 0:
-      return "counter";
-    case 1:
-      return "gauge";
-    default:
-      return "histogram";
-  }
-}
+using LabelMap = std::map<std::string, std::string>;  // prometheus::Labels
 
-bool IsValidMetricName(std::string_view s) {
-  if (s.empty()) return false;
-  for (size_t i = 0; i < s.size(); ++i) {
-    const char c = s[i];
-    const bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':';
-    if (!alpha && !(i > 0 && c >= '0' && c <= '9')) return false;
-  }
-  return true;
-}
-
-bool IsValidLabelName(std::string_view s) {
-  if (s.empty() || s.starts_with("__")) return false;
-  for (size_t i = 0; i < s.size(); ++i) {
-    const char c = s[i];
-    const bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
-    if (!alpha && !(i > 0 && c >= '0' && c <= '9')) return false;
-  }
-  return true;
+// prometheus::Histogram's constructor throws unless its bounds are strictly increasing.
+std::vector<double> NormalizeBuckets(std::vector<double> buckets) {
+  std::erase_if(buckets, [](double b) { return std::isnan(b) || b == HUGE_VAL; });
+  std::sort(buckets.begin(), buckets.end());
+  buckets.erase(std::unique(buckets.begin(), buckets.end()), buckets.end());
+  return buckets;
 }
 
 // Label values often come from input (job and node names). Prometheus rejects a whole scrape
@@ -174,27 +85,11 @@ std::string SanitizeUtf8(std::string_view s) {
   return out;
 }
 
-// The shortest text that reads back as the same double, in the forms Prometheus parses.
-void AppendValue(std::string& out, double v) {
-  if (std::isnan(v)) {
-    out += "NaN";
-  } else if (std::isinf(v)) {
-    out += v > 0 ? "+Inf" : "-Inf";
-  } else {
-    char buf[64];
-    const auto r = std::to_chars(buf, buf + sizeof(buf), v);
-    out.append(buf, r.ptr);
-  }
-}
-
-void AppendCount(std::string& out, uint64_t n) {
-  char buf[24];
-  const auto r = std::to_chars(buf, buf + sizeof(buf), n);
-  out.append(buf, r.ptr);
-}
-
-void AppendEscapedHelp(std::string& out, std::string_view s) {
-  for (char c : s) {
+// prometheus-cpp 1.0.1's TextSerializer escapes label values but writes HELP text verbatim, so a
+// backslash or a newline in it would break the exposition: escape them as the format requires.
+std::string EscapeHelp(std::string_view help) {
+  std::string out;
+  for (char c : SanitizeUtf8(help)) {
     if (c == '\\') {
       out += "\\\\";
     } else if (c == '\n') {
@@ -203,227 +98,194 @@ void AppendEscapedHelp(std::string& out, std::string_view s) {
       out += c;
     }
   }
+  return out;
 }
 
-void AppendEscapedLabelValue(std::string& out, std::string_view s) {
-  for (char c : s) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '"') {
-      out += "\\\"";
-    } else {
-      out += c;
-    }
-  }
-}
-
-// Appends `{a="x",b="y"}` (nothing when there are no labels and no `le`).
-void AppendLabels(std::string& out, const Labels& labels, const std::string* le) {
-  if (labels.empty() && le == nullptr) return;
-  out += '{';
-  bool first = true;
+// Checks `labels` and converts them into prometheus-cpp's form, values sanitized. Returns an
+// error message for a programming error (prometheus-cpp would throw, or export a broken series).
+std::string ToLabelMap(const Labels& labels, bool histogram, LabelMap& out) {
   for (const auto& [k, v] : labels) {
-    if (!first) out += ',';
-    first = false;
-    out += k;
-    out += "=\"";
-    AppendEscapedLabelValue(out, v);
-    out += '"';
+    if (!prometheus::CheckLabelName(k)) return "invalid label name \"" + k + "\"";
+    if (histogram && k == "le") return "label name \"le\" is reserved for histogram buckets";
+    if (!out.emplace(k, SanitizeUtf8(v)).second) return "duplicate label name \"" + k + "\"";
   }
-  if (le != nullptr) {
-    if (!first) out += ',';
-    out += "le=\"";
-    out += *le;
-    out += '"';
+  return "";
+}
+
+const char* TypeName(int type) {
+  switch (type) {
+    case 0:
+      return "counter";
+    case 1:
+      return "gauge";
+    default:
+      return "histogram";
   }
-  out += '}';
+}
+
+void LogProgrammingError(std::string_view name, std::string_view error) {
+  LOOM_LOG(ERROR) << "metrics: programming error for metric \"" << name << "\": " << error
+                  << "; returning a detached metric that is never exported";
 }
 
 }  // namespace
 
-Registry::Registry() = default;
+// The collectable the metrics endpoint scrapes: the hooks, then the series.
+class Registry::HookedCollectable : public prometheus::Collectable {
+ public:
+  explicit HookedCollectable(Registry* owner) : owner_(owner) {}
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    owner_->RunHooks();
+    return owner_->registry_->Collect();
+  }
+
+ private:
+  Registry* const owner_;
+};
+
+struct Registry::Family {
+  Type type;
+  std::vector<double> buckets;  // histograms only, normalized
+  // Owned by registry_; exactly the one of `type` is set.
+  prometheus::Family<Counter>* counters = nullptr;
+  prometheus::Family<Gauge>* gauges = nullptr;
+  prometheus::Family<Histogram>* histograms = nullptr;
+};
+
+Registry::Registry()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      collectable_(std::make_shared<HookedCollectable>(this)) {}
+
 Registry::~Registry() = default;
 
-Registry::Series* Registry::FindOrCreate(std::string_view name, std::string_view help, Type type,
-                                         const std::vector<double>* buckets, const Labels& labels) {
-  auto make_series = [&](Labels normalized) {
-    auto s = std::make_unique<Series>();
-    s->labels = std::move(normalized);
-    switch (type) {
-      case Type::kCounter:
-        s->metric = std::make_unique<Counter>();
-        break;
-      case Type::kGauge:
-        s->metric = std::make_unique<Gauge>();
-        break;
-      case Type::kHistogram:
-        s->metric = std::make_unique<Histogram>(*buckets);
-        break;
-    }
-    return s;
-  };
+std::shared_ptr<prometheus::Collectable> Registry::Collectable() const { return collectable_; }
 
-  // Normalize outside the lock: sort by label name, sanitize values.
-  Labels normalized;
-  normalized.reserve(labels.size());
-  for (const auto& [k, v] : labels) normalized.emplace_back(k, SanitizeUtf8(v));
-  std::sort(normalized.begin(), normalized.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
-
-  std::string error;
-  if (!IsValidMetricName(name)) {
-    error = "invalid metric name";
-  }
-  for (size_t i = 0; error.empty() && i < normalized.size(); ++i) {
-    const std::string& k = normalized[i].first;
-    if (!IsValidLabelName(k)) {
-      error = "invalid label name \"" + k + "\"";
-    } else if (i > 0 && normalized[i - 1].first == k) {
-      error = "duplicate label name \"" + k + "\"";
-    } else if (type == Type::kHistogram && k == "le") {
-      error = "label name \"le\" is reserved for histogram buckets";
+Registry::Family* Registry::FindOrCreateFamily(std::string_view name, std::string_view help,
+                                               Type type, const std::vector<double>& buckets) {
+  auto it = families_.find(name);
+  if (it != families_.end()) {
+    Family* family = it->second.get();
+    if (family->type != type) {
+      LogProgrammingError(name, std::string("already registered as a ") +
+                                    TypeName(static_cast<int>(family->type)) + ", asked for a " +
+                                    TypeName(static_cast<int>(type)));
+      return nullptr;
     }
-  }
-  const std::vector<double> bounds =
-      type == Type::kHistogram ? NormalizeBuckets(*buckets) : std::vector<double>{};
-
-  std::lock_guard<std::mutex> lock(mu_);
-  Family* family = nullptr;
-  if (error.empty()) {
-    auto it = families_.find(name);
-    if (it == families_.end()) {
-      auto f = std::make_unique<Family>();
-      f->help = SanitizeUtf8(help);
-      f->type = type;
-      f->bounds = bounds;
-      family = f.get();
-      families_.emplace(std::string(name), std::move(f));
-    } else {
-      family = it->second.get();
-      if (family->type != type) {
-        error = std::string("already registered as a ") + TypeName(static_cast<int>(family->type)) +
-                ", asked for a " + TypeName(static_cast<int>(type));
-      } else if (family->bounds != bounds) {
-        error = "already registered with other histogram buckets";
-      }
+    if (family->buckets != buckets) {
+      LogProgrammingError(name, "already registered with other histogram buckets");
+      return nullptr;
     }
+    return family;
   }
-  if (!error.empty()) {
-    LOOM_LOG(ERROR) << "metrics: programming error for metric \"" << name << "\": " << error
-                    << "; returning a detached metric that is never exported";
-    dummies_.push_back(make_series(std::move(normalized)));
-    return dummies_.back().get();
+  const std::string name_str(name);
+  if (!prometheus::CheckMetricName(name_str)) {
+    LogProgrammingError(name, "invalid metric name");
+    return nullptr;
   }
-  auto sit = family->series.find(normalized);
-  if (sit == family->series.end()) {
-    auto s = make_series(normalized);
-    sit = family->series.emplace(std::move(normalized), std::move(s)).first;
+  auto family = std::make_unique<Family>();
+  family->type = type;
+  family->buckets = buckets;
+  const std::string escaped_help = EscapeHelp(help);
+  // Cannot throw: the name is valid and new to registry_, whatever its type.
+  switch (type) {
+    case Type::kCounter:
+      family->counters =
+          &prometheus::BuildCounter().Name(name_str).Help(escaped_help).Register(*registry_);
+      break;
+    case Type::kGauge:
+      family->gauges =
+          &prometheus::BuildGauge().Name(name_str).Help(escaped_help).Register(*registry_);
+      break;
+    case Type::kHistogram:
+      family->histograms =
+          &prometheus::BuildHistogram().Name(name_str).Help(escaped_help).Register(*registry_);
+      break;
   }
-  sit->second->exported = true;
-  return sit->second.get();
+  return families_.emplace(name_str, std::move(family)).first->second.get();
 }
 
 Counter& Registry::GetCounter(std::string_view name, std::string_view help, const Labels& labels) {
-  return *std::get<std::unique_ptr<Counter>>(
-      FindOrCreate(name, help, Type::kCounter, nullptr, labels)->metric);
+  LabelMap map;
+  const std::string error = ToLabelMap(labels, false, map);
+  absl::MutexLock lock(&mu_);
+  Family* family = nullptr;
+  if (!error.empty()) {
+    LogProgrammingError(name, error);
+  } else {
+    family = FindOrCreateFamily(name, help, Type::kCounter, {});
+  }
+  if (family == nullptr) return *dummy_counters_.emplace_back(std::make_unique<Counter>());
+  return family->counters->Add(map);
 }
 
 Gauge& Registry::GetGauge(std::string_view name, std::string_view help, const Labels& labels) {
-  return *std::get<std::unique_ptr<Gauge>>(
-      FindOrCreate(name, help, Type::kGauge, nullptr, labels)->metric);
+  LabelMap map;
+  const std::string error = ToLabelMap(labels, false, map);
+  absl::MutexLock lock(&mu_);
+  Family* family = nullptr;
+  if (!error.empty()) {
+    LogProgrammingError(name, error);
+  } else {
+    family = FindOrCreateFamily(name, help, Type::kGauge, {});
+  }
+  if (family == nullptr) return *dummy_gauges_.emplace_back(std::make_unique<Gauge>());
+  return family->gauges->Add(map);
 }
 
 Histogram& Registry::GetHistogram(std::string_view name, std::string_view help,
                                   const std::vector<double>& buckets, const Labels& labels) {
-  return *std::get<std::unique_ptr<Histogram>>(
-      FindOrCreate(name, help, Type::kHistogram, &buckets, labels)->metric);
+  const std::vector<double> bounds = NormalizeBuckets(buckets);
+  LabelMap map;
+  const std::string error = ToLabelMap(labels, true, map);
+  absl::MutexLock lock(&mu_);
+  Family* family = nullptr;
+  if (!error.empty()) {
+    LogProgrammingError(name, error);
+  } else {
+    family = FindOrCreateFamily(name, help, Type::kHistogram, bounds);
+  }
+  if (family == nullptr) {
+    return *dummy_histograms_.emplace_back(std::make_unique<Histogram>(bounds));
+  }
+  return family->histograms->Add(map, bounds);
 }
 
 void Registry::RemoveSeries(std::string_view name, const Labels& labels) {
-  Labels normalized;
-  for (const auto& [k, v] : labels) normalized.emplace_back(k, SanitizeUtf8(v));
-  std::sort(normalized.begin(), normalized.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::lock_guard<std::mutex> lock(mu_);
+  LabelMap map;
+  if (!ToLabelMap(labels, false, map).empty()) return;  // never exported
+  absl::MutexLock lock(&mu_);
   auto it = families_.find(name);
   if (it == families_.end()) return;
-  auto sit = it->second->series.find(normalized);
-  if (sit != it->second->series.end()) sit->second->exported = false;
+  Family& family = *it->second;
+  // prometheus::Family removes by object: Add() returns the existing one (Has() checked first,
+  // so that removing an unknown series does not create it).
+  switch (family.type) {
+    case Type::kCounter:
+      if (family.counters->Has(map)) family.counters->Remove(&family.counters->Add(map));
+      break;
+    case Type::kGauge:
+      if (family.gauges->Has(map)) family.gauges->Remove(&family.gauges->Add(map));
+      break;
+    case Type::kHistogram:
+      if (family.histograms->Has(map)) {
+        family.histograms->Remove(&family.histograms->Add(map, family.buckets));
+      }
+      break;
+  }
 }
 
 void Registry::AddCollectHook(std::function<void()> hook) {
-  std::lock_guard<std::mutex> lock(hooks_mu_);
+  absl::MutexLock lock(&hooks_mu_);
   hooks_.push_back(std::move(hook));
 }
 
-std::string Registry::Serialize() {
-  {
-    std::lock_guard<std::mutex> lock(hooks_mu_);
-    for (const auto& hook : hooks_) hook();
-  }
+void Registry::RunHooks() {
+  absl::MutexLock lock(&hooks_mu_);
+  for (const auto& hook : hooks_) hook();
+}
 
-  std::string out;
-  std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& [name, family] : families_) {
-    const bool any = std::any_of(family->series.begin(), family->series.end(),
-                                 [](const auto& s) { return s.second->exported; });
-    if (!any) continue;
-    out += "# HELP ";
-    out += name;
-    out += ' ';
-    AppendEscapedHelp(out, family->help);
-    out += "\n# TYPE ";
-    out += name;
-    out += ' ';
-    out += TypeName(static_cast<int>(family->type));
-    out += '\n';
-    for (const auto& [labels, series] : family->series) {
-      if (!series->exported) continue;
-      if (family->type == Type::kHistogram) {
-        const Histogram& h = *std::get<std::unique_ptr<Histogram>>(series->metric);
-        const std::vector<uint64_t> cumulative = h.CumulativeCounts();
-        std::string le;
-        for (size_t i = 0; i < cumulative.size(); ++i) {
-          le.clear();
-          if (i < h.bounds().size()) {
-            AppendValue(le, h.bounds()[i]);
-          } else {
-            le = "+Inf";
-          }
-          out += name;
-          out += "_bucket";
-          AppendLabels(out, labels, &le);
-          out += ' ';
-          AppendCount(out, cumulative[i]);
-          out += '\n';
-        }
-        out += name;
-        out += "_sum";
-        AppendLabels(out, labels, nullptr);
-        out += ' ';
-        AppendValue(out, h.Sum());
-        out += '\n';
-        out += name;
-        out += "_count";
-        AppendLabels(out, labels, nullptr);
-        out += ' ';
-        AppendCount(out, cumulative.back());
-        out += '\n';
-        continue;
-      }
-      const double v = family->type == Type::kCounter
-                           ? std::get<std::unique_ptr<Counter>>(series->metric)->Value()
-                           : std::get<std::unique_ptr<Gauge>>(series->metric)->Value();
-      out += name;
-      AppendLabels(out, labels, nullptr);
-      out += ' ';
-      AppendValue(out, v);
-      out += '\n';
-    }
-  }
-  return out;
+std::string Registry::Serialize() {
+  return prometheus::TextSerializer().Serialize(collectable_->Collect());
 }
 
 }  // namespace loom::metrics

@@ -14,6 +14,7 @@ packages=(
   libgloo-dev libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
   libssl-dev openssl prometheus python3 python3-venv
   clang-14 libclang-rt-14-dev
+  prometheus-cpp-dev
   # tests/deploy: a virtual environment for the schema validator; deploy/k8s/generate.py.
   python3-yaml
 )

@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
   app.add_option("--listen", config.listen, "gRPC address HOST:PORT (port 0: any free port)")
       ->capture_default_str();
   app.add_option("--metrics-listen", config.metrics_listen,
-                 "Prometheus /metrics address HOST:PORT (port 0: any free port)")
+                 "Prometheus /metrics address HOST:PORT, IPv4 (port 0: any free port; empty: none)")
       ->capture_default_str();
   app.add_option("--state-dir", config.state_dir,
                  "Directory for the SQLite database (loomd.db, WAL) and job logs")

@@ -194,15 +194,15 @@ absl::StatusOr<std::unique_ptr<LoomdServer>> LoomdServer::Start(const LoomdConfi
   manager->SetRendezvousAddress(s->advertise_);
 
   if (!config.metrics_listen.empty()) {
-    absl::StatusOr<std::unique_ptr<metrics::MetricsHttpServer>> http =
-        metrics::MetricsHttpServer::Start(config.metrics_listen, s->registry_.get());
-    if (!http.ok()) {
+    absl::StatusOr<std::unique_ptr<metrics::MetricsExposer>> exposer =
+        metrics::MetricsExposer::Start(config.metrics_listen, s->registry_.get());
+    if (!exposer.ok()) {
       s->Shutdown();
-      return absl::Status(http.status().code(),
-                          absl::StrCat("--metrics-listen: ", http.status().message()));
+      return absl::Status(exposer.status().code(),
+                          absl::StrCat("--metrics-listen: ", exposer.status().message()));
     }
-    s->http_server_ = std::move(*http);
-    s->metrics_address_ = s->http_server_->address();
+    s->metrics_exposer_ = std::move(*exposer);
+    s->metrics_address_ = s->metrics_exposer_->address();
   }
   manager->StartTicker(config.tick_interval);
   s->scale_tests_->StartTicker(std::max(config.tick_interval, absl::Milliseconds(200)));
@@ -230,7 +230,7 @@ void LoomdServer::Shutdown() {
     grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
     grpc_server_->Wait();
   }
-  http_server_.reset();
+  metrics_exposer_.reset();
   LOOM_LOG(INFO) << "loomd stopped";
 }
 

@@ -16,7 +16,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/metrics.h"
-#include "common/metrics_http_server.h"
+#include "common/metrics_exposer.h"
 #include "common/tls.h"
 #include "server/auth/authenticator.h"
 #include "server/auth/rendezvous_secrets.h"
@@ -38,7 +38,7 @@ namespace loom::rpc {
 
 struct LoomdConfig {
   std::string listen = "127.0.0.1:7070";          // gRPC; port 0 picks a free port
-  std::string metrics_listen = "127.0.0.1:7071";  // /metrics; empty: no HTTP server
+  std::string metrics_listen = "127.0.0.1:7071";  // /metrics; empty: no metrics endpoint
   std::string state_dir;                          // REQUIRED; created if missing
   std::string advertise;  // host:port given to ranks for rendezvous; empty: the bound listen
   absl::Duration heartbeat_interval = absl::Seconds(1);
@@ -112,7 +112,7 @@ class LoomdServer {
   std::unique_ptr<NodeServiceImpl> node_service_;
   std::unique_ptr<RendezvousServiceImpl> rendezvous_service_;
   std::unique_ptr<grpc::Server> grpc_server_;
-  std::unique_ptr<metrics::MetricsHttpServer> http_server_;
+  std::unique_ptr<metrics::MetricsExposer> metrics_exposer_;
   std::string grpc_address_;
   std::string metrics_address_;
   std::string advertise_;

@@ -16,6 +16,12 @@
 //                               atomic rename), and append "resume G STEP" / "commit G STEP" lines
 //                               to TEST_RANK_OUT_DIR/history.log (the chaos run's evidence)
 //
+//   TEST_RANK_DEVICE            e.g. "cuda:0": the step lines carry the device and the memory
+//                               figures a GPU rank reports (allocated 1 GiB, reserved 1.5 GiB,
+//                               peak 1.25 GiB, fragmentation 0.25, one device allocation in
+//                               the first step), so that loomd's loom_gpu_* series exist
+//                               without a GPU (tests/monitoring plays a GPU rank with it)
+//
 // Like loom-train it answers SIGUSR1 (loomd's progress watchdog, through the worker) with a
 // stack dump on stderr between the contract's first and last lines, and fences itself (exit 1)
 // when its worker says nothing on LOOM_FENCE_FD for LOOM_FENCE_TIMEOUT_MS.
@@ -281,17 +287,28 @@ int main() {
   std::cerr << "test_rank " << rank << ": a line on stderr" << std::endl;
 
   const bool crashes = rank == crash_rank && generation <= crash_generations;
+  const std::string device = Env("TEST_RANK_DEVICE");
   for (long step = first_step; step <= steps; ++step) {
     std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
     const double loss = 5.0 / static_cast<double>(step + 1);
     if (progress_fd >= 0) {
-      const nlohmann::json line = {{"event", "step"},
+      nlohmann::json line = {{"event", "step"},
                                    {"rank", rank},
                                    {"step", step},
                                    {"total_steps", steps},
                                    {"loss", loss},
                                    {"tokens_per_second", 1000.0},
                                    {"step_seconds", step_ms / 1000.0}};
+      if (!device.empty()) {
+        constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+        line["device"] = device;
+        line["memory_bytes"] = static_cast<uint64_t>(1.0 * kGiB);
+        line["peak_memory_bytes"] = static_cast<uint64_t>(1.25 * kGiB);
+        line["reserved_memory_bytes"] = static_cast<uint64_t>(1.5 * kGiB);
+        line["rss_bytes"] = static_cast<uint64_t>(0.5 * kGiB);
+        line["memory_fragmentation"] = 0.25;
+        line["device_allocations"] = step == first_step ? 1 : 0;
+      }
       const std::string text = line.dump() + "\n";
       if (write(static_cast<int>(progress_fd), text.data(), text.size()) < 0) {
         std::cerr << "test_rank " << rank << ": cannot write progress" << std::endl;

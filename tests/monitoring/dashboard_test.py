@@ -3,14 +3,14 @@
 
 Starts a local cluster (deploy/local/cluster.sh with LOOM_PROMETHEUS=1: loomd, two workers of
 four CPU devices, and Debian's Prometheus scraping them every second with deploy/prometheus's
-configuration and alert rules), runs a short scaling sweep, submits two jobs (a pipeline, and
-one the planner lays out), and, while they run, evaluates every panel's query and every
-template variable's query through Prometheus's HTTP API with the dashboard's variables bound to
-both jobs. A query that Prometheus rejects fails the test; so does one that returns nothing,
-except the three listed in MAY_BE_EMPTY with the reason (series that exist only on GPU ranks):
-for those, every metric name in the query must still be one loomd or loom-worker exports
-(found in their sources), so a misspelt name fails. It also checks that Prometheus
-loaded every alert rule and evaluates each without error.
+configuration and alert rules), runs a short scaling sweep, submits three jobs (a pipeline, one
+the planner lays out, and one whose rank plays a GPU rank's telemetry on a third worker), and,
+while they run, evaluates every panel's query and every template variable's query through
+Prometheus's HTTP API with the dashboard's variables bound to the jobs. A query that Prometheus
+rejects fails the test; so does one that returns nothing (MAY_BE_EMPTY would list exceptions,
+with the reason; it is empty), or one that names a metric loomd and loom-worker do not export
+(found in their sources). It also checks that Prometheus loaded every alert rule and evaluates
+each without error.
 
 Usage: tests/monitoring/dashboard_test.py [--keep]   (from the repository root; build/bin built)
 """
@@ -28,12 +28,9 @@ BIN = os.environ.get("LOOM_BIN", os.path.join(ROOT, "build", "bin"))
 DASHBOARDS = os.path.join(ROOT, "deploy", "grafana", "dashboards")
 RULES = os.path.join(ROOT, "deploy", "prometheus", "rules")
 
-# (dashboard uid, panel title, refId) -> why it may be empty on this CPU cluster.
-MAY_BE_EMPTY = {
-    ("loom-job", "Memory per rank", "B"): "loom_gpu_memory_bytes exists only for CUDA ranks",
-    ("loom-job", "Fragmentation (GPU)", "A"): "GPU ranks only",
-    ("loom-job", "Device allocations (GPU)", "A"): "GPU ranks only",
-}
+# (dashboard uid, panel title, refId) -> why it may be empty. Nothing today: the GPU-only series
+# come from a rank that plays a GPU rank (below).
+MAY_BE_EMPTY = {}
 
 # A short scaling sweep first (1 and 2 devices, 4 steps each), for the scaling panel.
 SWEEP = """name: dashboard-sweep
@@ -61,6 +58,18 @@ train: {steps: 100000, lr: 3.0e-3, warmup_steps: 20}
 resources: {cpu_devices: 4}
 parallelism: {auto: {}}
 """]
+
+# Last, a job whose rank plays a GPU rank's telemetry (test_rank with TEST_RANK_DEVICE: the
+# memory figures a CUDA rank reports), on a third worker whose rank program is test_rank; this
+# machine has no GPU, and the loom_gpu_* series exist only for ranks that report from one.
+GPU_ROLE_SPEC = """name: dashboard-gpu-role
+model: {preset: tiny}
+data: {builtin: tiny-corpus}
+train: {steps: 100000}
+resources: {cpu_devices: 1}
+env: {TEST_RANK_DEVICE: "cuda:0", TEST_RANK_STEPS: "100000", TEST_RANK_STEP_MS: "200",
+      TEST_RANK_OUT_DIR: "%s"}
+"""
 
 
 def fail(msg):
@@ -165,7 +174,25 @@ def main():
                     check=True, capture_output=True, text=True).stdout
                 names.append(json.loads(out)["name"])
                 print("submitted", names[-1])
-            run_checks(prom, [n.split("/", 1)[1] for n in names])
+            wait_running(env, names)
+            gpu_worker = start_gpu_role_worker(run, cluster_env)
+            try:
+                spec = os.path.join(run, "dashboard-gpu-role.yaml")
+                out_dir = os.path.join(run, "gpu-role-out")
+                os.makedirs(out_dir, exist_ok=True)
+                os.chmod(out_dir, 0o777)
+                with open(spec, "w") as fh:
+                    fh.write(GPU_ROLE_SPEC % out_dir)
+                out = subprocess.run(
+                    [os.path.join(BIN, "loomctl"), "submit", "-f", spec, "-o", "json"], env=env,
+                    check=True, capture_output=True, text=True).stdout
+                names.append(json.loads(out)["name"])
+                print("submitted", names[-1], "(a GPU rank's telemetry, played by test_rank)")
+                wait_running(env, names[-1:])
+                run_checks(prom, [n.split("/", 1)[1] for n in names])
+            finally:
+                gpu_worker.terminate()
+                gpu_worker.wait(timeout=30)
         finally:
             for name in names:
                 subprocess.run([os.path.join(BIN, "loomctl"), "cancel", name], env=env,
@@ -173,6 +200,48 @@ def main():
     finally:
         if not keep:
             subprocess.run([cluster, "down", run])
+
+
+def wait_running(env, names, seconds=120):
+    """Waits until every job of `names` is RUNNING (so that the next job gets the free devices)."""
+    deadline = time.time() + seconds
+    for name in names:
+        while True:
+            out = subprocess.run([os.path.join(BIN, "loomctl"), "get", name, "-o", "json"],
+                                 env=env, capture_output=True, text=True).stdout
+            state = json.loads(out).get("state") if out.strip() else None
+            if state == "RUNNING":
+                break
+            if state in ("FAILED", "CANCELLED", "SUCCEEDED") or time.time() > deadline:
+                fail("%s is %s, not RUNNING" % (name, state))
+            time.sleep(0.5)
+
+
+def start_gpu_role_worker(run, cluster_env):
+    """A third worker with one CPU device whose rank program is test_rank."""
+    test_rank = os.path.join(os.path.dirname(BIN), "tests", "test_rank")
+    if not os.access(test_rank, os.X_OK):
+        fail("%s is missing (it is built with the tests)" % test_rank)
+    certs = os.path.join(run, "certs")
+    ready = os.path.join(run, "gpu-role.ready")
+    if os.path.exists(ready):
+        os.remove(ready)
+    args = [os.path.join(BIN, "loom-worker"), "--coordinator=" + cluster_env["LOOM_SERVER"],
+            "--name=gpu-role", "--cpu-devices=1", "--rank-program=" + test_rank,
+            "--measure-devices=0", "--work-dir=" + os.path.join(run, "gpu-role"),
+            "--ready-file=" + ready, "--checkpoint-roots=/tmp/loom-checkpoints",
+            "--tls-ca=" + os.path.join(certs, "ca.pem"),
+            "--join-token-file=" + os.path.join(certs, "node.token")]
+    if os.getuid() == 0:
+        args.append("--rank-user=root")  # test_rank lives in the build tree, private to root
+    log = open(os.path.join(run, "gpu-role.log"), "w")
+    worker = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.time() + 60
+    while not (os.path.exists(ready) and os.path.getsize(ready) > 0):
+        if worker.poll() is not None or time.time() > deadline:
+            fail("the GPU-role worker did not start; see %s" % log.name)
+        time.sleep(0.1)
+    return worker
 
 
 def run_checks(prom, jobs):

@@ -30,7 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/metrics.h"
-#include "common/metrics_http_server.h"
+#include "common/metrics_exposer.h"
 #include "common/net.h"
 #include "common/ready_file.h"
 #include "common/spec_path.h"
@@ -83,7 +83,8 @@ int main(int argc, char** argv) {
   app.add_option("--coordinator", coordinator, "loomd's address, HOST:PORT")->required();
   app.add_option("--listen", listen, "This worker's gRPC address (health, reflection)")
       ->capture_default_str();
-  app.add_option("--metrics-listen", metrics_listen, "Prometheus /metrics address")
+  app.add_option("--metrics-listen", metrics_listen,
+                 "Prometheus /metrics address HOST:PORT, IPv4 (port 0: any free port)")
       ->capture_default_str();
   app.add_option("--name", name, "Node id [a-z0-9-] (default: the sanitised hostname)");
   app.add_option("--cpu-devices", cpu_devices,
@@ -253,8 +254,8 @@ int main(int argc, char** argv) {
   const std::string grpc_address = FormatHostPort(listen_hp->host, grpc_port);
 
   metrics::Registry registry;
-  absl::StatusOr<std::unique_ptr<metrics::MetricsHttpServer>> metrics_server =
-      metrics::MetricsHttpServer::Start(metrics_listen, &registry);
+  absl::StatusOr<std::unique_ptr<metrics::MetricsExposer>> metrics_server =
+      metrics::MetricsExposer::Start(metrics_listen, &registry);
   if (!metrics_server.ok()) {
     LOOM_LOG(ERROR) << "--metrics-listen=" << metrics_listen << ": "
                     << metrics_server.status().message();
