@@ -133,7 +133,16 @@ void SessionReactor::OnReadDone(bool ok) {
       LOOM_LOG(WARNING) << "nodes/" << node_id_ << ": bad session message ignored: " << status;
     }
   }
-  StartRead(&read_);
+  {
+    // No operation may start after Finish(): loomd may have ended the session (Pump) while this
+    // message was handled. Checked and started under mu_, which Pump holds to decide to finish.
+    absl::MutexLock lock(&mu_);
+    if (!finished_) {
+      StartRead(&read_);
+      return;
+    }
+  }
+  EndReading(grpc::Status::OK);  // closes the session in the manager; the call is finished
 }
 
 void SessionReactor::EndReading(grpc::Status status) {

@@ -22,7 +22,8 @@
 //
 // Threading: the reactions (OnReadDone, OnWriteDone, OnCancel, OnDone) run on gRPC's threads,
 // possibly at once; the state they share is guarded by mu_. Lock order: the manager's lock, then
-// the sink's link lock, then mu_ (gRPC calls are made after mu_ is released).
+// the sink's link lock, then mu_. gRPC calls are made after mu_ is released, except StartRead
+// (it never blocks), which is started under mu_ so that it can never follow Finish().
 #pragma once
 
 #include <grpcpp/grpcpp.h>
