@@ -101,7 +101,6 @@ def cell(text):
 
 
 def render_type(node, out):
-    anchor = node["name"].lower().replace(".", "")
     if node["kind"] == "message":
         out.append("### %s\n" % node["name"])
         if node["doc"]:
@@ -127,7 +126,6 @@ def render_type(node, out):
         out.append("")
     for n in node["nested"]:
         render_type(n, out)
-    del anchor
 
 
 def render():
