@@ -659,12 +659,13 @@ server_metrics::Snapshot JobManager::MetricsSnapshot() {
     {
       server_metrics::JobProgressTelemetry& progress = snapshot.progress[id];
       progress.restarts = active->job.restart_count();
-      if (auto rank0 = active->latest_steps.find(0); rank0 != active->latest_steps.end()) {
-        const v1::StepReport& r = rank0->second;
-        progress.step = r.step();
-        if (std::isfinite(r.loss())) progress.loss = r.loss();
-        if (std::isfinite(r.tokens_per_second()))
-          progress.tokens_per_second = r.tokens_per_second();
+      // The job's progress, not rank 0's latest report: that may be an evaluation, whose loss
+      // and throughput fields are empty.
+      if (const v1::JobProgress& p = active->job.progress(); p.step() > 0) {
+        progress.step = p.step();
+        if (std::isfinite(p.loss())) progress.loss = p.loss();
+        if (std::isfinite(p.tokens_per_second()))
+          progress.tokens_per_second = p.tokens_per_second();
       }
       if (auto at = active->rank_progress.find(0); at != active->rank_progress.end()) {
         progress.last_step_unix_seconds = absl::ToDoubleSeconds(at->second - absl::UnixEpoch());

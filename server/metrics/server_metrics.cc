@@ -303,14 +303,14 @@ void ServerMetrics::CollectProgress(const std::map<std::string, JobProgressTelem
   for (const auto& [job, progress] : jobs) {
     const metrics::Labels labels = {{"job", job}};
     const Gauge gauges[] = {
-        {"loom_job_step", "The job's latest optimizer step (rank 0's report).",
+        {"loom_job_step", "The job's latest optimizer step (its progress).",
          progress.step.has_value() ? std::optional<double>(static_cast<double>(*progress.step))
                                    : std::nullopt},
-        {"loom_job_loss", "The job's latest training loss (rank 0's report).", progress.loss},
+        {"loom_job_loss", "The job's latest training loss (its progress).", progress.loss},
         {"loom_job_tokens_per_second", "Training tokens per second over the whole job.",
          progress.tokens_per_second},
         {"loom_job_last_step_timestamp_seconds",
-         "Unix time at which loomd received the job's latest step report from rank 0.",
+         "Unix time at which loomd received rank 0's latest step (or evaluation) report.",
          progress.last_step_unix_seconds},
         {"loom_job_mfu_ratio",
          "Measured model FLOPs utilisation: the plan's MFU times predicted over measured step "

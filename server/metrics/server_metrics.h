@@ -48,12 +48,13 @@
 //                                             data-parallel peers at the same (stage, tensor)
 //                                             position over its own (below 1: slower; 1 without
 //                                             peers)
-//   loom_job_step{job}                        gauge, rank 0's latest step (the job's progress)
-//   loom_job_loss{job}                        gauge, rank 0's latest training loss
+//   loom_job_step{job}                        gauge, the job's latest step (Job.progress)
+//   loom_job_loss{job}                        gauge, the job's latest training loss
 //   loom_job_tokens_per_second{job}           gauge, training tokens per second over the job
-//                                             (rank 0's latest step report)
+//                                             (Job.progress; evaluations leave these alone)
 //   loom_job_last_step_timestamp_seconds{job} gauge, Unix time at which loomd received rank 0's
-//                                             latest step report (a stall shows as an age)
+//                                             latest step (or evaluation) report (a stall
+//                                             shows as an age)
 //   loom_job_mfu_ratio{job}                   gauge, measured model FLOPs utilisation: the
 //                                             plan's MFU scaled by predicted over measured
 //                                             step time (the model FLOPs per step are fixed,
@@ -160,9 +161,9 @@ struct RankTelemetry {
   std::optional<uint64_t> device_memory_bytes;
 };
 
-// A job's progress as rank 0 reports it, for the loom_job_{step,loss,tokens_per_second,...}
-// series. Set for the active jobs that have reported a step, except `restarts`, set for every
-// active job.
+// A job's progress (Job.progress, kept from rank 0's step reports), for the
+// loom_job_{step,loss,tokens_per_second,...} series. Set for the active jobs that have reported a
+// step, except `restarts`, set for every active job.
 struct JobProgressTelemetry {
   std::optional<int64_t> step;
   std::optional<double> loss;

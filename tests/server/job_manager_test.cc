@@ -971,6 +971,12 @@ TEST_F(JobManagerTest, ProgressPhasesAndDeviceMemoryAreExported) {
     Send("n1", step(1, n, 0.0625));
   }
   Send("n1", step(0, 5, 0.125));  // re-sent: not counted again
+  // An evaluation report (no loss, no throughput) leaves the job's loss and tokens/s alone.
+  v1::WorkerMessage eval = Step(name, 1, /*rank=*/0, 5, 100, 0.0);
+  eval.mutable_step()->set_has_val_loss(true);
+  eval.mutable_step()->set_val_loss(2.75);
+  eval.mutable_step()->set_tokens_per_second(0);
+  Send("n1", eval);
 
   text = registry.Serialize();
   const std::string r0 = absl::StrCat("{job=\"", id, "\",rank=\"0\"}");
