@@ -21,6 +21,10 @@
 // resumed or not; the same global batch gives the same losses under any layout, up to the
 // order of the reductions.
 //
+// The device side (the model's passes, gradients, optimizer state and the collectives on them)
+// is a Backend (backend.h): CpuBackend by default, or one handed in; this loop is the same for
+// every backend.
+//
 // Threading: the training thread only; the communicators run their own threads.
 #ifndef LOOM_WORKER_TRAIN_TRAINER_H_
 #define LOOM_WORKER_TRAIN_TRAINER_H_
@@ -32,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "worker/train/backend.h"
 #include "worker/train/checkpoint/checkpoint.h"
 #include "worker/train/comm/communicator.h"
 #include "worker/train/config/job_config.h"
@@ -41,7 +46,6 @@
 #include "worker/train/optim/adamw.h"
 #include "worker/train/parallel/grad_buckets.h"
 #include "worker/train/parallel/pipeline_schedule.h"
-#include "worker/train/parallel/zero_optimizer.h"
 #include "worker/train/profiler/block_costs.h"
 #include "worker/train/profiler/step_profiler.h"
 #include "worker/train/profiler/trace_recorder.h"
@@ -125,13 +129,21 @@ struct TrainerOptions {
   TraceRecorder* trace = nullptr;
 };
 
+class CpuBackend;
+
 class Trainer {
  public:
-  // Builds this rank's part of the model (GPT-2 initialisation from config.seed: every shard
-  // starts from its slice of the single-rank model) and the optimizer. `data` must outlive the
-  // trainer. A shape with empty stage_bounds is one stage holding every block.
+  // Builds this rank's part of the model on the CPU (CpuBackend: GPT-2 initialisation from
+  // config.seed, every shard starting from its slice of the single-rank model) and the
+  // optimizer. `data` must outlive the trainer. A shape with empty stage_bounds is one stage
+  // holding every block.
   Trainer(const JobConfig& config, const BatchShape& shape, const Dataset& data,
           const TrainerComms& comms, const TrainerOptions& options = {});
+  // The same on another backend, built for this shape's shard (stage bounds resolved as
+  // above) and groups by the caller, initialised from config.seed. The trainer owns it.
+  Trainer(const JobConfig& config, const BatchShape& shape, const Dataset& data,
+          const TrainerComms& comms, const TrainerOptions& options,
+          std::unique_ptr<Backend> backend);
   // Data parallel only: `dp` is both the world and the dp group (nullptr trains alone).
   Trainer(const JobConfig& config, const BatchShape& shape, const Dataset& data,
           Communicator* dp = nullptr, size_t bucket_bytes = kDefaultBucketBytes);
@@ -156,14 +168,17 @@ class Trainer {
   CheckpointMeta Resume(const std::string& dir);
 
   int64_t step() const { return step_; }
-  GPT& model() { return model_; }
-  const GPT& model() const { return model_; }
-  AdamW& optimizer() { return optimizer_; }
+  Backend& backend() { return *backend_; }
+  const Backend& backend() const { return *backend_; }
+  // The CPU model, for what only the CPU does (llm.c import and export, tests). Requires the
+  // CPU backend (LOOM_CHECK).
+  GPT& model();
+  const GPT& model() const;
   const BatchShape& shape() const { return shape_; }
   // 0 turns the per-block sampling off (the benchmark's baseline); default kBlockSampleEvery.
   void set_block_sample_every(int64_t every) { block_sample_every_ = every; }
   int64_t block_sample_every() const { return block_sample_every_; }
-  size_t num_buckets() const { return buckets_ ? buckets_->num_buckets() : 0; }
+  size_t num_buckets() const;
   size_t bytes_allocated() const;
 
   static constexpr int kMaxEvalBatches = 32;
@@ -183,17 +198,17 @@ class Trainer {
              int32_t aux = -1) {
     if (options_.trace) options_.trace->Since(kind, start, micro, bytes, aux);
   }
-  void GatherMoments(std::vector<float>* m, std::vector<float>* v);
+  bool zero1() const;  // ZeRO-1 over more than one dp rank
+  // What the trainer itself holds: the dataset's copy and the token buffers.
+  size_t TrainerBytes() const;
+  CpuBackend* cpu();  // the backend as the CPU's, or nullptr
 
   JobConfig config_;
   BatchShape shape_;
   const Dataset& data_;
   TrainerComms comms_;
   TrainerOptions options_;
-  std::unique_ptr<GradBuckets> buckets_;  // set when the dp group has more than one rank
-  std::unique_ptr<RangeGather> zero_;     // set under ZeRO-1 with dp > 1
-  GPT model_;
-  AdamW optimizer_;
+  std::unique_ptr<Backend> backend_;
   LrSchedule schedule_;
   BatchSampler sampler_;
   EvalBatches eval_batches_;
@@ -201,14 +216,13 @@ class Trainer {
   int slots_ = 1;                             // activation slots the schedule needs
   std::vector<std::vector<int>> inputs_;      // per slot (B, T)
   std::vector<std::vector<int>> targets_;     // per slot (B, T)
-  std::vector<std::vector<float>> act_in_;    // per slot (B, T, C): received activations
-  std::vector<std::vector<float>> grad_in_;   // per slot (B, T, C): received d(output)
-  std::vector<std::vector<float>> act_out_;   // per slot (B, T, C): activations being sent
-  std::vector<std::vector<float>> grad_out_;  // per slot (B, T, C): d(input) being sent
-  std::vector<WorkHandle> act_sends_;         // per slot, the pending send of act_out_
-  std::vector<WorkHandle> grad_sends_;        // per slot, the pending send of grad_out_
-  StepProfiler profiler_;
-  MemoryMeter memory_;
+  // Stage buffers (backend.h), owned by the backend:
+  std::vector<void*> act_in_;           // per slot (B, T, C): received activations
+  std::vector<void*> grad_in_;          // per slot (B, T, C): received d(output)
+  std::vector<void*> act_out_;          // per slot (B, T, C): activations being sent
+  std::vector<void*> grad_out_;         // per slot (B, T, C): d(input) being sent
+  std::vector<WorkHandle> act_sends_;   // per slot, the pending send of act_out_
+  std::vector<WorkHandle> grad_sends_;  // per slot, the pending send of grad_out_
   int64_t step_ = 0;  // completed optimizer steps
   int64_t block_sample_every_ = kBlockSampleEvery;
   BlockCosts block_costs_;  // filled by the model on sampled steps
