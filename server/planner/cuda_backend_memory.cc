@@ -59,7 +59,8 @@ std::vector<CudaBufferRequest> CudaBackendRequests(const ModelShape& m, const La
   add("adam v", n * kF32, &MB::optimizer);
   add("norm partials", kCudaGradNormBlocks * kF32, &MB::workspace);
   add("norm out", kF32, &MB::workspace);
-  // CudaGradSync, constructed by CudaTrainer before it calls Reserve.
+  // CudaGradSync, constructed by the CUDA backend (worker/train/cuda_backend.cc) before the
+  // trainer calls Reserve.
   if (layout.dp > 1) {
     const std::vector<int64_t> buckets = BucketElements(m, pad);
     for (size_t i = 0; i < buckets.size(); ++i) {
@@ -67,6 +68,9 @@ std::vector<CudaBufferRequest> CudaBackendRequests(const ModelShape& m, const La
     }
     add("loss sum", kF32, &MB::comm_buffers);
   }
+  // The backend's staging buffer for the step loop's collectives on host values
+  // (CudaBackend::kHostScalars floats).
+  add("host scalars", kCudaHostScalars * kF32, &MB::workspace);
   // GptCuda::Reserve(B, T).
   add("encoded", N * C * kBf16, &MB::embedding_and_logits);
   add("ln1", L * N * C * kBf16, &MB::activations);
@@ -102,11 +106,6 @@ std::vector<CudaBufferRequest> CudaBackendRequests(const ModelShape& m, const La
   add("layernorm scratch", 2 * CeilDiv(N, kCudaColumnSumRows) * C * kF32, &MB::workspace);
   // fp32 scores of one batch element, then (256-byte aligned) their bf16 gradient.
   add("attention scratch", RoundUp(NH * T * T * kF32, 256) + NH * T * T * kBf16, &MB::workspace);
-  // CudaTrainer::GatherResumeSteps, at start with a checkpoint directory, after Reserve.
-  if (layout.dp > 1) {
-    add("resume step", kF32, &MB::comm_buffers);
-    add("resume steps", int64_t{layout.dp} * kF32, &MB::comm_buffers);
-  }
   return r;
 }
 

@@ -71,6 +71,7 @@ namespace loom::planner {
 inline constexpr int64_t kCudaVocabMultiple = 64;                      // GptCuda::kVocabMultiple
 inline constexpr int64_t kCudaGemmWorkspaceBytes = int64_t{32} << 20;  // kMatmulWorkspaceBytes
 inline constexpr int64_t kCudaGradNormBlocks = 1024;                   // launch::kGradNormBlocks
+inline constexpr int64_t kCudaHostScalars = 16;                        // CudaBackend::
 inline constexpr int64_t kCudaColumnSumRows = 64;                      // launch::kColumnSumRows
 inline constexpr int64_t kCudaDpBucketBytes = int64_t{25} << 20;       // kDefaultBucketBytes
 inline constexpr int64_t kCudaAllocRoundBytes = 512;                   // CachingAllocator::

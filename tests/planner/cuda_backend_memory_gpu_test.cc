@@ -1,5 +1,6 @@
 // The planner's model of the GPU backend's memory (server/planner/cuda_backend_memory.h) against
-// the real thing: GptCuda built and reserved on a device, its caching allocator's allocated and
+// the real thing: the CUDA backend (GptCuda and its staging buffer) built and reserved on a
+// device as loom-train builds it for one rank, its caching allocator's allocated and
 // reserved bytes equal to the replay of the planner's request list, byte for byte, and the GEMM
 // workspace outside it. Skipped without a CUDA device.
 #include <vector>
@@ -7,12 +8,16 @@
 #include "gtest/gtest.h"
 #include "server/planner/cuda_backend_memory.h"
 #include "server/planner/model_shape.h"
+#include "worker/train/cuda_backend.h"
 #include "worker/train/device/cuda_memory.h"
 #include "worker/train/model/dims.h"
 #include "worker/train/model/gpt_cuda.h"
 
 namespace loom {
 namespace {
+
+// The planner mirrors the backend's staging buffer (checked where this builds, device or not).
+static_assert(planner::kCudaHostScalars == int64_t{train::CudaBackend::kHostScalars});
 
 void ExpectPlannerMatchesTheDevice(const char* preset, int B, int T) {
   SCOPED_TRACE(preset);
@@ -30,9 +35,10 @@ void ExpectPlannerMatchesTheDevice(const char* preset, int B, int T) {
 
   train::ModelDims dims = *train::PresetDims(preset);
   dims.max_seq_len = T;
-  train::GptCuda model(dims, /*device=*/0);
-  model.InitWeights(1);
-  model.Reserve(B, T);
+  train::CudaBackend backend(dims, train::ModelShard{1, 0, 0, dims.layers}, /*seed=*/1,
+                             train::CudaBackendOptions{});
+  backend.Reserve(B, T, /*slots=*/1);
+  const train::GptCuda& model = backend.model();
   const train::AllocatorStats stats = model.memory_stats();
   EXPECT_EQ(static_cast<int64_t>(stats.allocated), predicted.allocated);
   EXPECT_EQ(static_cast<int64_t>(stats.reserved), predicted.reserved);

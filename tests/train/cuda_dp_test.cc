@@ -1,4 +1,4 @@
-// Data parallelism on the GPU (cuda_grad_sync.h, CudaTrainer with dp = 2 over NCCL): two ranks
+// Data parallelism on the GPU (cuda_grad_sync.h: the CUDA backend with dp = 2 over NCCL): two ranks
 // as two threads on two devices, meeting through a file store in a temp dir, give the one-GPU
 // loss curve of the same global batch within bf16's tolerance, the same loss and gradient norm
 // on both ranks, and a checkpoint written by dp rank 0 that both ranks resume. Skipped without
@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/train/gpu_rank.h"
 #include "tests/train/test_util.h"
 #include "worker/train/comm/bootstrap.h"
 #include "worker/train/config/rank_env.h"
-#include "worker/train/cuda_trainer.h"
 #include "worker/train/data/dataset.h"
 #include "worker/train/device/cuda_memory.h"
 #include "worker/train/profiler/step_profiler.h"
@@ -23,6 +23,8 @@
 namespace loom::train {
 namespace {
 
+using testing::GpuRank;
+using testing::MakeGpuRank;
 using testing::TempDir;
 using testing::TinyConfig;
 
@@ -53,15 +55,22 @@ BatchShape RankShape(const JobConfig& c, int rank) {
   return shape;
 }
 
-DeviceTrainerOptions RankOptions(const TempDir& store, int rank, const std::string& job) {
-  DeviceTrainerOptions o;
-  o.rendezvous.job = job;  // a fresh scope per gang: no stale NCCL unique id
-  o.rendezvous.rank = rank;
-  o.rendezvous.world_size = kRanks;
-  o.rendezvous.store_dir = store.path();
-  o.rendezvous.timeout = std::chrono::seconds(60);
-  o.bucket_bytes = 16 << 10;  // several buckets even for tiny, so backward overlaps them
+RendezvousConfig RankRendezvous(const TempDir& store, int rank, const std::string& job) {
+  RendezvousConfig o;
+  o.job = job;  // a fresh scope per gang: no stale NCCL unique id
+  o.rank = rank;
+  o.world_size = kRanks;
+  o.store_dir = store.path();
+  o.timeout = std::chrono::seconds(60);
   return o;
+}
+
+constexpr size_t kBucketBytes = 16 << 10;  // several buckets even for tiny: backward overlaps
+
+std::unique_ptr<GpuRank> Rank(const JobConfig& c, const Dataset& data, const TempDir& store, int r,
+                              const std::string& job) {
+  return MakeGpuRank(c, RankShape(c, r), data, /*device=*/r, RankRendezvous(store, r, job),
+                     kBucketBytes);
 }
 
 // Runs body(rank) on kRanks threads; rethrows the first exception.
@@ -93,16 +102,16 @@ TEST_F(CudaDpTest, TwoGpusFollowTheOneGpuLossCurve) {
 
   std::vector<float> single;
   {
-    CudaTrainer gpu(c, one, data, /*device=*/0);
-    for (int s = 0; s < kSteps; ++s) single.push_back(gpu.Step().loss);
+    std::unique_ptr<GpuRank> gpu = MakeGpuRank(c, one, data, /*device=*/0);
+    for (int s = 0; s < kSteps; ++s) single.push_back((*gpu)->Step().loss);
   }
 
   TempDir store;
   std::vector<std::vector<StepResult>> results(kRanks);
   OnRanks([&](int r) {
-    std::unique_ptr<DeviceTrainer> t =
-        MakeCudaTrainer(c, RankShape(c, r), data, /*device=*/r, RankOptions(store, r, "jobs/dp"));
-    EXPECT_GT(static_cast<CudaTrainer*>(t.get())->num_buckets(), 1u);
+    std::unique_ptr<GpuRank> rank = Rank(c, data, store, r, "jobs/dp");
+    Trainer* t = rank->trainer.get();
+    EXPECT_GT(t->num_buckets(), 1u);
     for (int s = 0; s < kSteps; ++s) results[r].push_back(t->Step());
   });
 
@@ -135,23 +144,26 @@ TEST_F(CudaDpTest, RankZeroWritesTheCheckpointAndBothRanksResumeIt) {
   std::vector<std::vector<float>> straight(kRanks), halves(kRanks);
   std::vector<std::string> saved(kRanks);
   OnRanks([&](int r) {
-    std::unique_ptr<DeviceTrainer> t =
-        MakeCudaTrainer(c, RankShape(c, r), data, r, RankOptions(store, r, "jobs/straight"));
+    std::unique_ptr<GpuRank> rank = Rank(c, data, store, r, "jobs/straight");
+    Trainer* t = rank->trainer.get();
     for (int s = 0; s < kSteps; ++s) straight[r].push_back(t->Step().loss);
   });
   OnRanks([&](int r) {
-    std::unique_ptr<DeviceTrainer> t =
-        MakeCudaTrainer(c, RankShape(c, r), data, r, RankOptions(store, r, "jobs/first"));
+    std::unique_ptr<GpuRank> rank = Rank(c, data, store, r, "jobs/first");
+    Trainer* t = rank->trainer.get();
     for (int s = 0; s < kSteps / 2; ++s) halves[r].push_back(t->Step().loss);
     saved[r] = t->Save(ck.path(), /*generation=*/1);
   });
   EXPECT_EQ(saved[0], saved[1]);
   EXPECT_TRUE(std::filesystem::exists(saved[0] + "/manifest.json")) << saved[0];
   OnRanks([&](int r) {
-    std::unique_ptr<DeviceTrainer> t =
-        MakeCudaTrainer(c, RankShape(c, r), data, r, RankOptions(store, r, "jobs/second"));
-    const std::vector<int64_t> steps = t->GatherResumeSteps(kSteps / 2);
-    EXPECT_EQ(steps, std::vector<int64_t>(kRanks, kSteps / 2));
+    std::unique_ptr<GpuRank> rank = Rank(c, data, store, r, "jobs/second");
+    Trainer* t = rank->trainer.get();
+    // How run.cc agrees on the resume point: every rank's step, summed over the world's NCCL.
+    std::vector<float> steps(kRanks, 0.0f);
+    steps[r] = kSteps / 2;
+    t->backend().AllReduceHost(rank->groups.world.get(), steps.data(), steps.size());
+    EXPECT_EQ(steps, std::vector<float>(kRanks, kSteps / 2));
     const CheckpointMeta meta = t->Resume(saved[0]);
     EXPECT_EQ(meta.step, kSteps / 2);
     EXPECT_EQ(meta.dp_size, kRanks);

@@ -1,7 +1,8 @@
-// loom-train's device path (run.cc: LOOM_DEVICE=cuda:N, RunOnCuda) driven through RunLoomTrain
-// with a test-role device trainer that runs on the CPU (CpuStandInTrainer: the CPU Trainer
-// behind the DeviceTrainer interface), so the loop's checkpoint, resume and progress wiring is
-// tested on machines without a GPU. The CUDA trainer itself is tested in cuda_trainer_test.cc.
+// loom-train's device path (run.cc: LOOM_DEVICE=cuda:N and RunOptions::cuda_backend) driven
+// through RunLoomTrain with a test-role backend that runs on the CPU (CpuStandInBackend: the CPU
+// backend handed in through the CUDA factory), so the device path's wiring (the factory's
+// device, checkpoints, resume, progress) is tested on machines without a GPU. The CUDA backend
+// itself is tested in cuda_trainer_test.cc.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -14,7 +15,7 @@
 #include "gtest/gtest.h"
 #include "tests/train/test_util.h"
 #include "worker/train/config/json.h"
-#include "worker/train/device_trainer.h"
+#include "worker/train/cpu_backend.h"
 #include "worker/train/run.h"
 #include "worker/train/trainer.h"
 
@@ -25,28 +26,23 @@ using ::testing::HasSubstr;
 using testing::ReadText;
 using testing::TempDir;
 
-// Test role: a "device" trainer that is the CPU Trainer. Counts its saves and resumes.
-class CpuStandInTrainer : public DeviceTrainer {
+// Test role: a "device" backend that is the CPU backend. Counts the state it hands out for
+// checkpoints (saves) and the state it loads (resumes).
+class CpuStandInBackend : public CpuBackend {
  public:
-  CpuStandInTrainer(const JobConfig& config, const BatchShape& shape, const Dataset& data)
-      : trainer_(config, shape, data) {}
-  StepResult Step() override { return trainer_.Step(); }
-  float Evaluate() override { return trainer_.Evaluate(); }
-  int64_t step() const override { return trainer_.step(); }
-  size_t num_params() const override { return trainer_.model().num_params(); }
-  std::string Save(const std::string& root, int64_t generation) override {
+  CpuStandInBackend(const JobConfig& config)
+      : CpuBackend(config.model, ModelShard{1, 0, 0, config.model.layers}, config.seed,
+                   CpuBackendOptions{}) {}
+  HostState StateToHost() override {
     ++saves;
-    return trainer_.Save(root, generation);
+    return CpuBackend::StateToHost();
   }
-  CheckpointMeta Resume(const std::string& dir) override {
+  void LoadState(const float* params, const float* m, const float* v, int64_t step) override {
     ++resumes;
-    return trainer_.Resume(dir);
+    CpuBackend::LoadState(params, m, v, step);
   }
   static inline int saves = 0;
   static inline int resumes = 0;
-
- private:
-  Trainer trainer_;
 };
 
 struct RunResult {
@@ -73,11 +69,13 @@ RunResult RunOnStandIn(const TempDir& dir, const std::string& args) {
   };
   RunOptions options;
   options.cuda_device_count = [] { return 1; };
-  options.cuda_trainer = [&](const JobConfig& config, const BatchShape& shape, const Dataset& data,
-                             int device,
-                             const DeviceTrainerOptions&) -> std::unique_ptr<DeviceTrainer> {
+  options.cuda_backend = [&](const JobConfig& config, const BatchShape& shape, int device,
+                             const RendezvousConfig&, size_t,
+                             ProcessGroups* groups) -> std::unique_ptr<Backend> {
+    EXPECT_EQ(shape.dp_size * shape.tp_size * shape.pp_size, 1);
     result.devices.push_back(device);
-    return std::make_unique<CpuStandInTrainer>(config, shape, data);
+    *groups = ProcessGroups::Alone();
+    return std::make_unique<CpuStandInBackend>(config);
   };
   std::vector<std::string> argv;
   std::string word;
@@ -111,19 +109,19 @@ const char kFlags[] =
     "--preset tiny --data-builtin tiny-corpus --batch 2 --seq-len 16 --seed 7 --quiet "
     "--checkpoint-every 2 ";
 
-// Eight steps at once; then eight steps resumed from the step-4 checkpoint: the same curve as eight steps at once, and the
-// checkpoints of the device path are announced as on the CPU path.
+// Eight steps at once; then steps 5 to 8 resumed from the step-4 checkpoint: the same curve as
+// eight steps at once, and the checkpoints of the device path are announced as on the CPU path.
 TEST(DeviceRunTest, CheckpointsAndResumeOnTheDevicePath) {
   TempDir dir;
-  CpuStandInTrainer::saves = CpuStandInTrainer::resumes = 0;
+  CpuStandInBackend::saves = CpuStandInBackend::resumes = 0;
   const std::string straight_dir = dir / "straight";
   RunResult straight = RunOnStandIn(dir, std::string(kFlags) + "--steps 8 --checkpoint-dir " +
                                              straight_dir);
   ASSERT_EQ(straight.exit_code, 0);
   ASSERT_EQ(straight.losses.size(), 8u);
   EXPECT_EQ(straight.devices, std::vector<int>{0});
-  EXPECT_EQ(CpuStandInTrainer::saves, 4);  // steps 2, 4, 6, 8
-  EXPECT_EQ(CpuStandInTrainer::resumes, 0);
+  EXPECT_EQ(CpuStandInBackend::saves, 4);  // steps 2, 4, 6, 8
+  EXPECT_EQ(CpuStandInBackend::resumes, 0);
   ASSERT_EQ(straight.checkpoints.size(), 4u);
   EXPECT_THAT(straight.checkpoints.back(), HasSubstr("step-000008"));
 
@@ -134,12 +132,12 @@ TEST(DeviceRunTest, CheckpointsAndResumeOnTheDevicePath) {
   std::filesystem::create_directories(split_dir);
   std::filesystem::copy(straight_dir + "/step-000004", split_dir + "/step-000004",
                         std::filesystem::copy_options::recursive);
-  CpuStandInTrainer::saves = CpuStandInTrainer::resumes = 0;
+  CpuStandInBackend::saves = CpuStandInBackend::resumes = 0;
   RunResult resumed =
       RunOnStandIn(dir, std::string(kFlags) + "--steps 8 --checkpoint-dir " + split_dir);
   ASSERT_EQ(resumed.exit_code, 0);
-  EXPECT_EQ(CpuStandInTrainer::resumes, 1);
-  EXPECT_EQ(CpuStandInTrainer::saves, 2);  // steps 6 and 8
+  EXPECT_EQ(CpuStandInBackend::resumes, 1);
+  EXPECT_EQ(CpuStandInBackend::saves, 2);  // steps 6 and 8
   ASSERT_EQ(resumed.losses.size(), 4u);
   for (int i = 0; i < 4; ++i) EXPECT_EQ(resumed.losses[i], straight.losses[4 + i]) << i;
   EXPECT_TRUE(std::filesystem::exists(split_dir + "/step-000008/manifest.json"));

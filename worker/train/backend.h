@@ -44,10 +44,14 @@ class GradSync {
   virtual ~GradSync() = default;
   virtual void Begin() = 0;
   virtual void StageReady(int stage) = 0;
-  // Launches what is left, waits for every bucket and leaves the group's mean in the gradients.
-  // Returns the seconds it waited. Throws CommError.
-  virtual double Finish() = 0;
-  virtual double comm_seconds() const = 0;    // the last step's time the buckets kept comm busy
+  // Launches what is left, waits for every bucket and leaves the group's mean in the gradients
+  // (for the optimizer: a device backend may leave the last copies queued on its stream).
+  // Throws CommError.
+  virtual void Finish() = 0;
+  // The last step's timings, valid after Backend::EndStep: the time the step waited on the
+  // buckets after backward (the exposed part) and the time they kept communication busy.
+  virtual double wait_seconds() const = 0;
+  virtual double comm_seconds() const = 0;
   virtual size_t bytes_per_step() const = 0;  // what this rank all-reduces per step
   virtual size_t num_buckets() const = 0;
   // The last step's buckets as timeline spans (steady clock nanoseconds, bytes).
@@ -100,6 +104,13 @@ class Backend {
   size_t stage_bytes() const { return stage_floats() * sizeof(float); }
   // The bytes one tensor-parallel all-reduce of (B, T, C) moves here.
   virtual size_t tp_all_reduce_bytes() const = 0;
+
+  // ---- collectives on host values ----
+
+  // data (n, host) := its sum over `comm`, one of the groups this backend was built with (a
+  // device backend's communicators move device buffers: it stages the values). Throws
+  // CommError.
+  virtual void AllReduceHost(Communicator* comm, float* data, size_t n) = 0;
 
   // ---- gradients and the optimizer ----
 

@@ -25,7 +25,8 @@ class CpuGradSync : public GradSync {
       : model_(model), buckets_(model->tensors(), model->dims().layers, bucket_bytes, dp) {}
   void Begin() override { buckets_.Begin(model_->grads()); }
   void StageReady(int stage) override { buckets_.StageReady(stage); }
-  double Finish() override { return buckets_.Finish(); }
+  void Finish() override { wait_seconds_ = buckets_.Finish(); }
+  double wait_seconds() const override { return wait_seconds_; }
   double comm_seconds() const override { return buckets_.comm_seconds(); }
   size_t bytes_per_step() const override { return buckets_.bytes_per_step(); }
   size_t num_buckets() const override { return buckets_.num_buckets(); }
@@ -40,6 +41,7 @@ class CpuGradSync : public GradSync {
  private:
   GPT* model_;
   GradBuckets buckets_;
+  double wait_seconds_ = 0.0;
 };
 
 }  // namespace

@@ -61,6 +61,9 @@ class CpuBackend : public Backend {
   size_t stage_floats() const override { return stage_floats_; }
   size_t tp_all_reduce_bytes() const override { return stage_floats_ * sizeof(float); }
 
+  void AllReduceHost(Communicator* comm, float* data, size_t n) override {
+    comm->AllReduceSum(data, n)->Wait();
+  }
   GradSync* grad_sync() override { return sync_.get(); }
   size_t SumEmbeddingGrad(Communicator* emb) override;
   size_t ZeroReduceScatter(float scale) override;

@@ -15,9 +15,9 @@
 //     forever for the compute stream.
 //
 // The mean over the group: the sum of the ranks' gradients is their mean because each rank's
-// backward ran with loss scale 1/(K * dp) (CudaTrainer), so nothing is rescaled here. The sum is
-// of bf16 values (rounded after each reduction step inside NCCL): within bf16's tolerance of the
-// one-GPU gradients, not bit-identical to them.
+// backward ran with loss scale 1/(K * dp) (CudaBackend::BackwardMicro), so nothing is rescaled
+// here. The sum is of bf16 values (rounded after each reduction step inside NCCL): within bf16's
+// tolerance of the one-GPU gradients, not bit-identical to them.
 //
 // Memory: one bf16 buffer per bucket (a gradient-sized total, plus wte's padding) from the
 // model's caching allocator at construction; the steady state allocates nothing.
@@ -27,7 +27,7 @@
 // previous done), from CUDA events); wait_seconds() is the device time the compute stream
 // stalled on them after backward (the exposed part). overlap ratio = 1 - wait / comm.
 //
-// Built only with NCCL (LOOM_HAVE_NCCL); CudaTrainer refuses dp > 1 without it.
+// Built only with NCCL (LOOM_HAVE_NCCL); the CUDA backend refuses dp > 1 without it.
 // Threading: every method on the training thread (the one driving the compute stream).
 #ifndef LOOM_WORKER_TRAIN_CUDA_GRAD_SYNC_H_
 #define LOOM_WORKER_TRAIN_CUDA_GRAD_SYNC_H_

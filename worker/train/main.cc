@@ -2,8 +2,8 @@
 // The entry point is the one place that may bring in gRPC: where loom-train is built with it
 // (LOOM_HAVE_GRPC_RENDEZVOUS, not under LOOM_TRAIN_ONLY), it hands the training core the
 // client of loomd's RendezvousService for LOOM_RENDEZVOUS. Where it is built with the CUDA
-// backend (LOOM_HAVE_CUDA_TRAINER), it hands over the GPU trainer for --device cuda as well,
-// and says whether that trainer can run data parallelism (NCCL: LOOM_HAVE_NCCL).
+// backend (LOOM_HAVE_CUDA_TRAINER), it hands over the GPU backend for --device cuda as well,
+// and says whether that backend can run data parallelism (NCCL: LOOM_HAVE_NCCL).
 #include <sys/prctl.h>
 
 #include <csignal>
@@ -18,7 +18,7 @@
 #include "worker/train/comm/grpc_rendezvous_store.h"
 #endif
 #ifdef LOOM_HAVE_CUDA_TRAINER
-#include "worker/train/cuda_trainer.h"
+#include "worker/train/cuda_backend.h"
 #include "worker/train/device/cuda_memory.h"
 #endif
 
@@ -42,10 +42,10 @@ int main(int argc, char** argv) {
   options.service_store = &loom::train::OpenGrpcRendezvousStore;
 #endif
 #ifdef LOOM_HAVE_CUDA_TRAINER
-  options.cuda_trainer = &loom::train::MakeCudaTrainer;
+  options.cuda_backend = &loom::train::MakeCudaRankBackend;
   options.cuda_device_count = &loom::train::CudaDeviceCount;
 #ifdef LOOM_HAVE_NCCL
-  // The CUDA trainer's data parallelism (cuda_grad_sync.h) is built only with NCCL.
+  // The CUDA backend's data parallelism (cuda_grad_sync.h) is built only with NCCL.
   options.cuda_data_parallel = true;
 #endif
 #endif

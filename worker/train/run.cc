@@ -69,7 +69,7 @@ JobConfig LoadConfig(const Flags& flags, const RankEnv& env) {
 
 // How this rank meets the others (flags, environment and the entry point's loomd store), with
 // LOOM_COMM_HOST and LOOM_COMM_TIMEOUT_S checked: for the CPU's communicators (ConnectRanks) and
-// the GPU's NCCL (RunOnCuda) alike.
+// the GPU's NCCL (RunOptions::cuda_backend) alike.
 RendezvousConfig RendezvousFrom(const Flags& flags, const RankEnv& env,
                                 const std::function<const char*(const char*)>& getenv,
                                 const RunOptions& options) {
@@ -125,6 +125,10 @@ ProcessGroups ConnectRanks(const Flags& flags, const RankEnv& env, const BatchSh
   return groups;
 }
 
+TrainerComms CommsOf(const ProcessGroups& g) {
+  return TrainerComms{g.world.get(), g.dp.get(), g.tp.get(), g.pp.get(), g.emb.get()};
+}
+
 // "dp=2 tp=2 pp=2 (blocks 2/2), 1f1b, zero1 on".
 std::string LayoutString(const BatchShape& s) {
   std::string blocks;
@@ -155,18 +159,21 @@ void CheckSameResume(const std::vector<float>& all) {
   }
 }
 
-// The CPU's agreement: the steps gathered over the world communicator (Gloo).
-void AgreeOnResume(const std::optional<std::string>& resume, const ProcessGroups& groups,
-                   const RankEnv& env) {
+// The steps every rank found, as one sum over the world through the backend (each rank
+// fills its own entry, the others are 0), so that it works on host (Gloo) and device (NCCL)
+// communicators alike.
+void AgreeOnResume(const std::optional<std::string>& resume, Communicator* world,
+                   const RankEnv& env, Backend* backend) {
   // Steps travel as floats: exact below 2^24.
-  float mine = resume ? static_cast<float>(ReadCheckpointMeta(*resume).step) : -1.0f;
-  std::vector<float> all(static_cast<size_t>(env.world_size));
-  groups.world->AllGather(&mine, all.data(), 1)->Wait();
+  std::vector<float> all(static_cast<size_t>(env.world_size), 0.0f);
+  all[static_cast<size_t>(env.rank)] =
+      resume ? static_cast<float>(ReadCheckpointMeta(*resume).step) : -1.0f;
+  backend->AllReduceHost(world, all.data(), all.size());
   CheckSameResume(all);
 }
 
 // Where the model trains (issue 5). --device wins; without it, LOOM_DEVICE=cuda:N from
-// loom-worker picks GPU N where the build has the CUDA trainer and the GPU path can run the job,
+// loom-worker picks GPU N where the build has the CUDA backend and the GPU path can run the job,
 // and otherwise the job trains on the CPU as before (with a note).
 struct DevicePlan {
   bool cuda = false;
@@ -211,7 +218,7 @@ DevicePlan PlanDevice(const Flags& flags, const RankEnv& env, const BatchShape& 
   DevicePlan plan;
   if (!flags.device.empty()) {
     if (flags.device == "cpu") return plan;
-    if (!options.cuda_trainer) {
+    if (!options.cuda_backend) {
       throw BadInput("--device",
                      "this loom-train was built without the CUDA backend "
                      "(LOOM_CUDA=OFF or no nvcc); use --device cpu or a CUDA build");
@@ -222,7 +229,7 @@ DevicePlan PlanDevice(const Flags& flags, const RankEnv& env, const BatchShape& 
     plan.index = CudaIndexOf(flags.device, env, shape);
     return plan;
   }
-  if (env.device.rfind("cuda:", 0) == 0 && options.cuda_trainer) {
+  if (env.device.rfind("cuda:", 0) == 0 && options.cuda_backend) {
     std::string problem = CudaUnsupported(flags, shape, options);
     const int count = options.cuda_device_count ? options.cuda_device_count() : 0;
     if (problem.empty() && CudaIndexOf(env.device, env, shape) >= count) {
@@ -261,105 +268,35 @@ std::unique_ptr<TraceRecorder> OpenTrace(const RankEnv& env,
   return TraceRecorder::Open(path, env.rank, env.generation);
 }
 
-int TrainOnCuda(const JobConfig& config, const BatchShape& shape, const RankEnv& env,
-                const Flags& flags, int device, const std::string& checkpoint_dir,
-                const DeviceTrainerOptions& trainer_options,
-                const std::function<bool()>& stop_requested, DeviceTrainer* trainer);
-
-// The training loop on a CUDA device: the CPU loop's progress, evaluation and checkpoints. Under
-// data parallelism (dp > 1, tp = pp = 1) the trainer meets its peers over NCCL through the same
-// rendezvous as the CPU's communicators, and the ranks agree on the resume point first.
-int RunOnCuda(const JobConfig& config, const BatchShape& shape, const Dataset& data,
-              const RankEnv& env, const Flags& flags, const RunOptions& options, int device,
-              const std::string& checkpoint_dir,
-              const std::function<const char*(const char*)>& getenv) {
-  DeviceTrainerOptions trainer_options;
-  // Only data parallelism meets other ranks (one rank ignores LOOM_COMM_* as on the CPU).
-  if (shape.dp_size > 1) trainer_options.rendezvous = RendezvousFrom(flags, env, getenv, options);
-  trainer_options.bucket_bytes =
-      std::max<size_t>(sizeof(float), static_cast<size_t>(flags.dp_bucket_mb * 1048576.0));
-  trainer_options.dp_overlap = flags.dp_overlap;
-  // Before the trainer: it outlives it (see the CPU path's ring in Run).
-  std::unique_ptr<TraceRecorder> trace = OpenTrace(env, getenv);
-  std::unique_ptr<DeviceTrainer> trainer =
-      options.cuda_trainer(config, shape, data, device, trainer_options);
-  trainer->set_trace(trace.get());
-  try {
-    return TrainOnCuda(config, shape, env, flags, device, checkpoint_dir, trainer_options,
-                       options.stop_requested, trainer.get());
-  } catch (const CommError&) {
-    // Work queued behind a failed collective may never finish on the device, and destroying
-    // the trainer synchronises its stream: leave the device to the process exit (the caller
-    // exits on CommError), so that the rank ends instead of hanging.
-    (void)trainer.release();
-    throw;
-  }
-}
-
-// RunOnCuda's loop, with the trainer built. A stop request (RunOptions::stop_requested) saves
-// a checkpoint first only for one rank: the GPU's data parallelism has no world all-reduce to
-// agree on a step in, so its ranks stop at once, as on SIGTERM, and resume from the last
-// periodic checkpoint.
-int TrainOnCuda(const JobConfig& config, const BatchShape& shape, const RankEnv& env,
-                const Flags& flags, int device, const std::string& checkpoint_dir,
-                const DeviceTrainerOptions& trainer_options,
-                const std::function<bool()>& stop_requested, DeviceTrainer* trainer) {
-  if (!checkpoint_dir.empty()) {
-    CheckCheckpointStorage(checkpoint_dir, CheckpointBytesEstimate(config.model));
-  }
-  if (env.world_size > 1) {
-    std::fprintf(stderr,
-                 "loom-train: rank %d of %d connected through %s; data parallel %d on cuda:%d "
-                 "(NCCL)\n",
-                 env.rank, env.world_size, DescribeRendezvous(trainer_options.rendezvous).c_str(),
-                 shape.dp_size, device);
-  }
-  if (config.precision != "bf16") {
-    std::fprintf(stderr,
-                 "loom-train: note: the GPU path trains in bf16 mixed precision (fp32 master "
-                 "weights); precision %s is not available there\n",
-                 config.precision.c_str());
-  }
-  if (!checkpoint_dir.empty()) {
-    std::optional<std::string> resume = FindLatestCheckpoint(checkpoint_dir);
-    if (shape.dp_size > 1) {
-      const int64_t mine = resume ? ReadCheckpointMeta(*resume).step : -1;
-      std::vector<float> all;
-      // Steps compared as floats, as on the CPU (exact below 2^24).
-      for (int64_t s : trainer->GatherResumeSteps(mine)) all.push_back(static_cast<float>(s));
-      CheckSameResume(all);
-    }
-    if (resume) ReportResume(*resume, trainer->Resume(*resume), config);
-  }
-  std::fprintf(stderr,
-               "loom-train: %s %s (%zu parameters), %lld steps of %d x %d x %d tokens, lr %g, on "
-               "cuda:%d in bf16%s\n",
-               config.preset.empty() ? "model" : config.preset.c_str(),
-               DimsString(config.model).c_str(), trainer->num_params(),
-               static_cast<long long>(config.steps), shape.K, shape.B, shape.T, config.lr, device,
-               checkpoint_dir.empty() ? ", no checkpoint dir" : "");
+// The training loop, on any backend: steps, progress, evaluation, checkpoints and the stop
+// request that the gang agreed on in a step (Trainer::Step).
+int TrainLoop(const JobConfig& config, const BatchShape& shape, const RankEnv& env,
+              const Flags& flags, const std::string& checkpoint_dir, Trainer& trainer) {
+  // Every rank takes part in a save (Trainer::Save): dp rank 0 of each shard writes it.
+  const bool writes_checkpoints = !checkpoint_dir.empty();
   Progress progress(env.rank, config.steps, env.progress_fd, ::isatty(2) == 1 && !flags.quiet);
-  while (trainer->step() < config.steps) {
-    StepResult r = trainer->Step();
+  auto save = [&](int64_t step) {
+    const auto save_start = std::chrono::steady_clock::now();
+    const std::string saved = trainer.Save(checkpoint_dir, env.generation);
+    // Announced by the ranks that wrote a shard, as before by the one writer of dp.
+    if (shape.dp_rank == 0) progress.Checkpoint(step, saved, SecondsSince(save_start));
+    // The committer prunes, after the commit that every rank waited for in Save.
+    if (env.rank == 0) PruneCheckpoints(checkpoint_dir, config.checkpoint_keep);
+  };
+  while (trainer.step() < config.steps) {
+    StepResult r = trainer.Step();
     progress.Step(r);
     const bool last = r.step == config.steps;
     if (config.eval_every > 0 && (r.step % config.eval_every == 0 || last)) {
-      progress.Eval(r.step, trainer->Evaluate());
+      progress.Eval(r.step, trainer.Evaluate());
     }
     const bool periodic = config.checkpoint_every > 0 && r.step % config.checkpoint_every == 0;
-    const bool stop = !last && stop_requested && stop_requested();
-    const bool save_on_stop = stop && env.world_size == 1 && !checkpoint_dir.empty();
-    if (!checkpoint_dir.empty() && (periodic || last || save_on_stop)) {
-      // Every rank takes part (dp rank 0 writes, then all meet); dp rank 0 announces it.
-      const auto save_start = std::chrono::steady_clock::now();
-      const std::string saved = trainer->Save(checkpoint_dir, env.generation);
-      if (shape.dp_rank == 0) progress.Checkpoint(r.step, saved, SecondsSince(save_start));
-      if (env.rank == 0) PruneCheckpoints(checkpoint_dir, config.checkpoint_keep);
-    }
+    const bool stop = r.stop_requested && !last;
+    if (writes_checkpoints && (periodic || last || stop)) save(r.step);
     if (stop) {
       std::fprintf(stderr, "loom-train: rank %d stopped on request after step %lld (%s)\n",
                    env.rank, static_cast<long long>(r.step),
-                   save_on_stop ? "checkpoint saved" : "nothing saved");
+                   writes_checkpoints ? "checkpoint saved" : "no checkpoint dir: nothing saved");
       return kExitStopped;
     }
   }
@@ -403,7 +340,7 @@ int Run(const std::vector<std::string>& args, const std::function<const char*(co
                                : !env.checkpoint_dir.empty() ? env.checkpoint_dir
                                                              : config.checkpoint_dir;
   const DevicePlan device = PlanDevice(flags, env, shape, options);
-  if (!device.cuda && options.cuda_trainer == nullptr &&
+  if (!device.cuda && options.cuda_backend == nullptr &&
       (env.device.rfind("cuda:", 0) == 0 || config.precision == "bf16")) {
     std::fprintf(stderr,
                  "loom-train: note: this build has only the CPU backend; training in "
@@ -417,92 +354,103 @@ int Run(const std::vector<std::string>& args, const std::function<const char*(co
 
   // Before anything slow (data, rendezvous, model): a checkpoint dir that cannot take a
   // checkpoint fails the job now and for good (exit 2). The GPU path checks once its device is
-  // known to exist (TrainOnCuda), so that a wrong device is reported first.
+  // known to exist (after the backend is built), so that a wrong device is reported first.
   if (!checkpoint_dir.empty() && !device.cuda) {
     CheckCheckpointStorage(checkpoint_dir, CheckpointBytesEstimate(config.model));
   }
   Dataset data = Dataset::Load(config.data_path, config.data_builtin, config.val_path,
                                config.model.vocab, config.seq_len);
-  if (device.cuda) {
-    return RunOnCuda(config, shape, data, env, flags, options, device.index, checkpoint_dir,
-                     getenv);
-  }
   const bool sharded = shape.tp_size > 1 || shape.pp_size > 1;
   if (sharded && (!flags.init_from_llmc.empty() || !flags.export_llmc.empty())) {
     throw BadInput(flags.init_from_llmc.empty() ? "--export-llmc" : "--init-from-llmc",
                    "llm.c model files need the whole model on each rank (tensor = pipeline = "
                    "1); convert through a checkpoint instead");
   }
-  // Outlive the trainer, which uses them.
-  ProcessGroups groups = ConnectRanks(flags, env, shape, getenv, options);
   TrainerOptions trainer_options;
   trainer_options.bucket_bytes =
       std::max<size_t>(sizeof(float), static_cast<size_t>(flags.dp_bucket_mb * 1048576.0));
   trainer_options.dp_overlap = flags.dp_overlap;
   trainer_options.stop_requested = options.stop_requested;
   trainer_options.test_forward_sleep_ms = TestSlowRankMs(getenv, env.rank);
+  // Before the groups and the trainer: they use it, and it outlives them.
   std::unique_ptr<TraceRecorder> trace = OpenTrace(env, getenv);
   trainer_options.trace = trace.get();
-  TrainerComms comms{groups.world.get(), groups.dp.get(), groups.tp.get(), groups.pp.get(),
-                     groups.emb.get()};
-  Trainer trainer(config, shape, data, comms, trainer_options);
-  if (!flags.init_from_llmc.empty()) ImportLlmc(flags.init_from_llmc, &trainer.model());
-  std::optional<std::string> resume;
-  if (!checkpoint_dir.empty()) resume = FindLatestCheckpoint(checkpoint_dir);
-  if (!checkpoint_dir.empty() && env.world_size > 1) AgreeOnResume(resume, groups, env);
-  if (resume) {
-    ReportResume(*resume, trainer.Resume(*resume), config);
+  // Outlive the trainer, which uses them.
+  ProcessGroups groups;
+  std::unique_ptr<Trainer> trainer;
+  if (device.cuda) {
+    // The device's NCCL groups meet through the same rendezvous as the CPU's communicators
+    // (one rank ignores LOOM_COMM_* as on the CPU).
+    RendezvousConfig rc;
+    if (env.world_size > 1) rc = RendezvousFrom(flags, env, getenv, options);
+    std::unique_ptr<Backend> backend = options.cuda_backend(config, shape, device.index, rc,
+                                                            trainer_options.bucket_bytes, &groups);
+    if (env.world_size > 1) {
+      std::fprintf(stderr, "loom-train: rank %d of %d connected through %s; NCCL on cuda:%d\n",
+                   env.rank, env.world_size, DescribeRendezvous(rc).c_str(), device.index);
+    }
+    if (!checkpoint_dir.empty()) {
+      CheckCheckpointStorage(checkpoint_dir, CheckpointBytesEstimate(config.model));
+    }
+    if (config.precision != "bf16") {
+      std::fprintf(stderr,
+                   "loom-train: note: the GPU path trains in bf16 mixed precision (fp32 master "
+                   "weights); precision %s is not available there\n",
+                   config.precision.c_str());
+    }
+    trainer = std::make_unique<Trainer>(config, shape, data, CommsOf(groups), trainer_options,
+                                        std::move(backend));
+  } else {
+    groups = ConnectRanks(flags, env, shape, getenv, options);
+    trainer = std::make_unique<Trainer>(config, shape, data, CommsOf(groups), trainer_options);
   }
-  std::fprintf(
-      stderr, "loom-train: %s %s (%zu parameters), %lld steps of %d x %d x %d tokens, lr %g%s\n",
-      config.preset.empty() ? "model" : config.preset.c_str(), DimsString(config.model).c_str(),
-      trainer.model().num_params(), static_cast<long long>(config.steps), shape.K, shape.B, shape.T,
-      config.lr, checkpoint_dir.empty() ? ", no checkpoint dir" : "");
-  if (env.world_size > 1) {
+  try {
+    if (!flags.init_from_llmc.empty()) ImportLlmc(flags.init_from_llmc, &trainer->model());
+    std::optional<std::string> resume;
+    if (!checkpoint_dir.empty()) resume = FindLatestCheckpoint(checkpoint_dir);
+    if (!checkpoint_dir.empty() && env.world_size > 1) {
+      AgreeOnResume(resume, groups.world.get(), env, &trainer->backend());
+    }
+    if (resume) ReportResume(*resume, trainer->Resume(*resume), config);
     std::fprintf(stderr,
-                 "loom-train: rank %d of %d: layout %s; this rank dp %d, tp %d, pp %d, blocks "
-                 "[%d, %d)\n",
-                 env.rank, env.world_size, LayoutString(shape).c_str(), shape.dp_rank,
-                 shape.tp_rank, shape.pp_rank, shape.first_block(), shape.last_block());
-  }
-  if (shape.dp_size > 1) {
-    std::fprintf(stderr, "loom-train: rank %d of %d, data parallel %d, %zu gradient buckets\n",
-                 env.rank, env.world_size, shape.dp_size, trainer.num_buckets());
-  }
-  // Every rank takes part in a save (Trainer::Save): dp rank 0 of each shard writes it.
-  const bool writes_checkpoints = !checkpoint_dir.empty();
-
-  Progress progress(env.rank, config.steps, env.progress_fd, ::isatty(2) == 1 && !flags.quiet);
-  auto save = [&](int64_t step) {
-    const auto save_start = std::chrono::steady_clock::now();
-    const std::string saved = trainer.Save(checkpoint_dir, env.generation);
-    // Announced by the ranks that wrote a shard, as before by the one writer of dp.
-    if (shape.dp_rank == 0) progress.Checkpoint(step, saved, SecondsSince(save_start));
-    // The committer prunes, after the commit that every rank waited for in Save.
-    if (env.rank == 0) PruneCheckpoints(checkpoint_dir, config.checkpoint_keep);
-  };
-  while (trainer.step() < config.steps) {
-    StepResult r = trainer.Step();
-    progress.Step(r);
-    const bool last = r.step == config.steps;
-    if (config.eval_every > 0 && (r.step % config.eval_every == 0 || last)) {
-      progress.Eval(r.step, trainer.Evaluate());
+                 "loom-train: %s %s (%zu parameters), %lld steps of %d x %d x %d tokens, lr %g, "
+                 "on %s%s%s\n",
+                 config.preset.empty() ? "model" : config.preset.c_str(),
+                 DimsString(config.model).c_str(), trainer->backend().num_params(),
+                 static_cast<long long>(config.steps), shape.K, shape.B, shape.T, config.lr,
+                 trainer->backend().device_name().c_str(), device.cuda ? " in bf16" : "",
+                 checkpoint_dir.empty() ? ", no checkpoint dir" : "");
+    if (env.world_size > 1) {
+      std::fprintf(stderr,
+                   "loom-train: rank %d of %d: layout %s; this rank dp %d, tp %d, pp %d, blocks "
+                   "[%d, %d)\n",
+                   env.rank, env.world_size, LayoutString(shape).c_str(), shape.dp_rank,
+                   shape.tp_rank, shape.pp_rank, shape.first_block(), shape.last_block());
     }
-    const bool periodic = config.checkpoint_every > 0 && r.step % config.checkpoint_every == 0;
-    const bool stop = r.stop_requested && !last;
-    if (writes_checkpoints && (periodic || last || stop)) save(r.step);
-    if (stop) {
-      std::fprintf(stderr, "loom-train: rank %d stopped on request after step %lld (%s)\n",
-                   env.rank, static_cast<long long>(r.step),
-                   writes_checkpoints ? "checkpoint saved" : "no checkpoint dir: nothing saved");
-      return kExitStopped;
+    if (shape.dp_size > 1) {
+      std::fprintf(stderr, "loom-train: rank %d of %d, data parallel %d, %zu gradient buckets\n",
+                   env.rank, env.world_size, shape.dp_size, trainer->num_buckets());
     }
+    const int code = TrainLoop(config, shape, env, flags, checkpoint_dir, *trainer);
+    if (code == kExitOk && !flags.export_llmc.empty() && shape.dp_rank == 0) {
+      ExportLlmc(flags.export_llmc, trainer->model());
+      std::fprintf(stderr, "loom-train: wrote %s\n", flags.export_llmc.c_str());
+    }
+    return code;
+  } catch (const CommError&) {
+    if (device.cuda) {
+      // Work queued behind a failed collective may never finish on the device, and destroying
+      // the trainer or its groups synchronises their streams: leave the device to the process
+      // exit (the caller exits on CommError), so that the rank ends instead of hanging.
+      (void)trainer.release();
+      (void)groups.world.release();
+      (void)groups.tp.release();
+      (void)groups.dp.release();
+      (void)groups.pp.release();
+      (void)groups.emb.release();
+    }
+    throw;
   }
-  if (!flags.export_llmc.empty() && shape.dp_rank == 0) {
-    ExportLlmc(flags.export_llmc, trainer.model());
-    std::fprintf(stderr, "loom-train: wrote %s\n", flags.export_llmc.c_str());
-  }
-  return kExitOk;
 }
 
 }  // namespace

@@ -3,27 +3,40 @@
 #define LOOM_WORKER_TRAIN_RUN_H_
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "worker/train/backend.h"
+#include "worker/train/comm/bootstrap.h"
 #include "worker/train/comm/key_value_store.h"
-#include "worker/train/device_trainer.h"
+#include "worker/train/config/job_config.h"
+#include "worker/train/config/rank_env.h"
+#include "worker/train/parallel/process_groups.h"
 
 namespace loom::train {
 
-// What the entry point supplies beyond argv and the environment: the pieces built outside the
-// training core (DESIGN.md: the core never includes gRPC or protobuf).
+// Builds the CUDA backend of one rank (cuda_backend.h) on CUDA device `device`, and connects
+// the rank's NCCL groups of more than one rank into *groups (groups of one become
+// SingleRankCommunicators) through `rendezvous` (unused for a world of one) — the groups
+// outlive the backend. Buckets of `bucket_bytes` for the data-parallel gradients. Throws
+// InputError when the device does not exist or the build cannot run the layout (checked before
+// connecting), CommError when the peers do not meet.
+using CudaBackendFactory = std::function<std::unique_ptr<Backend>(
+    const JobConfig& config, const BatchShape& shape, int device,
+    const RendezvousConfig& rendezvous, size_t bucket_bytes, ProcessGroups* groups)>;
+
 struct RunOptions {
   // Opens loomd's RendezvousService store (LOOM_RENDEZVOUS); empty in a build without gRPC,
   // where LOOM_RENDEZVOUS with more than one rank is a configuration error (exit 2).
   KeyValueStoreFactory service_store;
-  // Builds the CUDA trainer (cuda_trainer.h) for --device cuda or LOOM_DEVICE=cuda:N; empty in
-  // a build without the CUDA backend, where --device cuda is a configuration error (exit 2).
-  DeviceTrainerFactory cuda_trainer;
-  // The number of CUDA devices (with cuda_trainer): LOOM_DEVICE=cuda:N names a device that
+  // Builds the CUDA backend for --device cuda or LOOM_DEVICE=cuda:N; empty in a build without
+  // it, where --device cuda is a configuration error (exit 2).
+  CudaBackendFactory cuda_backend;
+  // The number of CUDA devices (with cuda_backend): LOOM_DEVICE=cuda:N names a device that
   // does not exist here -> the CPU, with a note, as in a build without CUDA.
   std::function<int()> cuda_device_count;
-  // True where cuda_trainer can run data parallelism (dp > 1, tp = pp = 1) over NCCL: a build
+  // True where cuda_backend can run data parallelism (dp > 1, tp = pp = 1) over NCCL: a build
   // with NCCL (LOOM_HAVE_NCCL). Otherwise --device cuda refuses dp > 1 (exit 2).
   bool cuda_data_parallel = false;
   // Whether this rank was asked to stop with its work kept (loom-train: SIGUSR2,

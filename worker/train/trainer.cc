@@ -276,12 +276,10 @@ StepResult Trainer::Step() {
   }
   float loss = static_cast<float>(loss_sum / K);
   const bool alone = Alone(comms_.world);
-  double bucket_wait = 0.0;  // seconds waited on the gradient buckets after backward
   if (sync != nullptr) {
     be.Enter(Phase::kCommExposed);
     const int64_t t = TraceStart();
-    bucket_wait = sync->Finish();
-    r.dp_comm_seconds = sync->comm_seconds();
+    sync->Finish();
     r.comm.dp_all_reduce = sync->bytes_per_step();
     Trace(TraceKind::kDpWait, t, -1, r.comm.dp_all_reduce);
     if (options_.trace) {
@@ -333,7 +331,7 @@ StepResult Trainer::Step() {
         static_cast<float>(sumsq), stop_here ? 1.0f : 0.0f};
     be.Enter(Phase::kCommExposed);
     const int64_t t = TraceStart();
-    comms_.world->AllReduceSum(shared, 3)->Wait();
+    be.AllReduceHost(comms_.world, shared, 3);
     r.comm.world_all_reduce = sizeof(shared);
     Trace(TraceKind::kWorldAllReduce, t, -1, sizeof(shared));
     be.Enter(Phase::kOptimizer);
@@ -371,8 +369,12 @@ StepResult Trainer::Step() {
   const double step_s = r.times.step_seconds;
   const double exposed = r.times.phase(Phase::kCommExposed);
   const double bubble = r.times.phase(Phase::kBubble);
-  if (sync != nullptr && r.dp_comm_seconds > 0.0) {
-    r.overlap_ratio = std::clamp(1.0 - bucket_wait / r.dp_comm_seconds, 0.0, 1.0);
+  if (sync != nullptr) {
+    // Device backends know their buckets' times once the step's work has run (EndStep).
+    r.dp_comm_seconds = sync->comm_seconds();
+    if (r.dp_comm_seconds > 0.0) {
+      r.overlap_ratio = std::clamp(1.0 - sync->wait_seconds() / r.dp_comm_seconds, 0.0, 1.0);
+    }
   }
   if (step_s > 0.0) {
     r.bubble_ratio = shape_.pp_size > 1 ? bubble / step_s : 0.0;
@@ -414,7 +416,7 @@ float Trainer::Evaluate() {
   if (!Alone(comms_.world)) {
     // Every dp rank evaluated the same batches: one copy (dp 0, tp 0 of the last stage) counts.
     float shared = last && shape_.tp_rank == 0 && shape_.dp_rank == 0 ? mean : 0.0f;
-    comms_.world->AllReduceSum(&shared, 1)->Wait();
+    backend_->AllReduceHost(comms_.world, &shared, 1);
     mean = shared;
   }
   backend_->set_trace(options_.trace);
@@ -426,7 +428,9 @@ std::string Trainer::Save(const std::string& root, int64_t generation) {
   meta.zero1 = zero1();
   meta.optimizer_step = backend_->optimizer_step();
   const std::vector<TensorInfo>& table = backend_->tensors();
-  const Backend::HostState state = backend_->StateToHost();
+  // The writers' copy of the state (a device backend copies it to the host).
+  const Backend::HostState state =
+      Alone(comms_.world) || shape_.dp_rank == 0 ? backend_->StateToHost() : Backend::HostState{};
   if (Alone(comms_.world)) {
     return SaveCheckpoint(root, table, state.params, state.m, state.v, meta);
   }

@@ -1,4 +1,5 @@
-// Data parallelism on the GPU path (CudaTrainer + CudaGradSync) in the CPU emulation, against the
+// Data parallelism on the GPU path (the CUDA backend + CudaGradSync behind the step loop) in the
+// CPU emulation, against the
 // one-"GPU" run: two emulated ranks of dp = 2 must give the one-rank loss curve within bf16's
 // tolerance, and the same loss and gradient norm on both ranks.
 //
@@ -25,13 +26,14 @@
 
 #include "worker/train/comm/nccl_communicator.h"
 #include "worker/train/config/rank_env.h"
-#include "worker/train/cuda_trainer.h"
+#include "worker/train/cuda_backend.h"
 #include "worker/train/data/dataset.h"
+#include "worker/train/trainer.h"
 
 namespace loom::train {
 
-// Never called: CudaTrainer gets its communicator from the driver. Defined because the trainer
-// objects built with LOOM_HAVE_NCCL name it.
+// Never called: the driver hands the backends its own communicators. Defined because the CUDA
+// backend's factory, built with LOOM_HAVE_NCCL, names it.
 std::unique_ptr<NcclCommunicator> ConnectNccl(const NcclOptions&) {
   std::fprintf(stderr, "emu_dp_check: ConnectNccl is not available in the emulation\n");
   std::abort();
@@ -139,6 +141,16 @@ class LockstepNccl : public NcclCommunicator {
   int collectives_ = 0;
 };
 
+// The CUDA backend of one rank holding the whole model, over `group` (dp and world) or alone.
+std::unique_ptr<CudaBackend> GpuBackend(const JobConfig& c, LockstepNccl* group) {
+  CudaBackendOptions o;
+  o.adam.weight_decay = static_cast<float>(c.weight_decay);
+  o.world = group;
+  o.dp = group;
+  o.bucket_bytes = 8 << 10;  // small, so that tiny's gradients need many, overlapped with backward
+  return std::make_unique<CudaBackend>(c.model, ModelShard{1, 0, 0, c.model.layers}, c.seed, o);
+}
+
 }  // namespace
 }  // namespace loom::train
 
@@ -160,7 +172,7 @@ int main(int argc, char** argv) {
 
   std::vector<StepResult> single;
   {
-    CudaTrainer gpu(c, one, data, 0);
+    Trainer gpu(c, one, data, TrainerComms{}, TrainerOptions{}, GpuBackend(c, nullptr));
     for (int s = 0; s < steps; ++s) single.push_back(gpu.Step());
   }
 
@@ -176,9 +188,11 @@ int main(int argc, char** argv) {
       shape.dp_size = 2;
       shape.dp_rank = r;
       {
-        // Small buckets (8 KiB), so that tiny's gradients need many, overlapped with backward.
-        CudaTrainer t(c, shape, data, 0, std::make_unique<LockstepNccl>(&shared, r), 8 << 10,
-                      /*dp_overlap=*/true);
+        LockstepNccl group(&shared, r);  // the world and the dp group (tp = pp = 1)
+        TrainerOptions options;
+        options.bucket_bytes = 8 << 10;
+        Trainer t(c, shape, data, TrainerComms{&group, &group, nullptr, nullptr, nullptr}, options,
+                  GpuBackend(c, &group));
         buckets[r] = t.num_buckets();
         for (int s = 0; s < steps; ++s) ranks[r].push_back(t.Step());
       }

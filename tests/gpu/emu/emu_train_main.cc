@@ -1,8 +1,8 @@
-// The GPU training path (GptCuda, CudaTrainer, the caching allocator over the CUDA runtime) in
-// the CPU emulation, against the CPU trainer on the same job (tests/gpu/emu/README.md): the
-// `tiny` preset on the built-in corpus, one rank, K micro-batches of gradient accumulation.
-// Prints one PASS/FAIL line per check and exits non-zero on any failure, or when a cuBLAS call
-// would have been rejected by the real library.
+// The GPU training path (GptCuda and the CUDA backend behind the one step loop, the caching
+// allocator over the CUDA runtime) in the CPU emulation, against the CPU trainer on the same job
+// (tests/gpu/emu/README.md): the `tiny` preset on the built-in corpus, one rank, K micro-batches of
+// gradient accumulation. Prints one PASS/FAIL line per check and exits non-zero on any failure, or
+// when a cuBLAS call would have been rejected by the real library.
 //
 // Usage: emu_train_check [steps]   (default 8)
 #include <unistd.h>
@@ -19,7 +19,7 @@
 
 #include "worker/train/config/job_config.h"
 #include "worker/train/config/rank_env.h"
-#include "worker/train/cuda_trainer.h"
+#include "worker/train/cuda_backend.h"
 #include "worker/train/data/dataset.h"
 #include "worker/train/model/dims.h"
 #include "worker/train/profiler/trace_recorder.h"
@@ -35,7 +35,7 @@ namespace {
 
 using loom::train::AllocatorStats;
 using loom::train::BatchShape;
-using loom::train::CudaTrainer;
+using loom::train::CudaBackend;
 using loom::train::Dataset;
 using loom::train::JobConfig;
 using loom::train::StepResult;
@@ -112,24 +112,35 @@ void RunJob(const std::string& label, JobConfig config, int B, int T, int K, int
               config.lr);
 
   Trainer cpu(config, shape, data);
-  CudaTrainer gpu(config, shape, data, /*device=*/0);
-  // The timeline (h.): every step's CUDA-event phases into a trace ring.
+  // The timeline (h.): every step's phases into a trace ring.
   const std::string ring_path = "/tmp/loom-emu-trace-" + std::to_string(::getpid()) + ".ring";
   std::unique_ptr<loom::train::TraceRecorder> trace =
       loom::train::TraceRecorder::Open(ring_path, 0, 1);
-  gpu.set_trace(trace.get());
+  // The GPU rank as loom-train builds it: the CUDA backend behind the CPU's step loop.
+  loom::train::CudaBackendOptions backend_options;
+  backend_options.adam.weight_decay = static_cast<float>(config.weight_decay);
+  auto backend = std::make_unique<CudaBackend>(
+      config.model, loom::train::ModelShard{1, 0, 0, config.model.layers}, config.seed,
+      backend_options);
+  CudaBackend& device = *backend;
+  loom::train::TrainerOptions trainer_options;
+  trainer_options.trace = trace.get();
+  Trainer gpu(config, shape, data, loom::train::TrainerComms{}, trainer_options,
+              std::move(backend));
   const std::vector<TensorInfo>& table = cpu.model().tensors();
 
   // a. Initial parameters.
-  const std::vector<float> p0_gpu = gpu.model().ParamsToHost();
+  const std::vector<float> p0_gpu = device.model().ParamsToHost();
   const std::vector<float> p0_cpu(cpu.model().params(),
                                   cpu.model().params() + cpu.model().num_params());
-  bool ok = p0_gpu.size() == p0_cpu.size() && gpu.num_params() == cpu.model().num_params() &&
-            gpu.model().padded_vocab() % 64 == 0 &&
-            gpu.model().padded_vocab() >= config.model.vocab;
+  bool ok = p0_gpu.size() == p0_cpu.size() &&
+            gpu.backend().num_params() == cpu.model().num_params() &&
+            device.model().padded_vocab() % 64 == 0 &&
+            device.model().padded_vocab() >= config.model.vocab;
   ok = ok && CompareTensors(table, p0_gpu, p0_cpu.data(), kParamTol, "initial parameters");
   Report(ok, "a. initial parameters equal the CPU model's (" + std::to_string(p0_cpu.size()) +
-                 " parameters, padded vocab " + std::to_string(gpu.model().padded_vocab()) + ")");
+                 " parameters, padded vocab " + std::to_string(device.model().padded_vocab()) +
+                 ")");
 
   // b.-d. Steps.
   std::vector<StepResult> rc, rg;
@@ -139,10 +150,10 @@ void RunJob(const std::string& label, JobConfig config, int B, int T, int K, int
     rc.push_back(cpu.Step());
     rg.push_back(gpu.Step());
     if (s == 0) {
-      after_first = gpu.model().memory_stats();
+      after_first = device.model().memory_stats();
       mallocs_after_first = loom::emu::DeviceAllocCount();
       // The first AdamW update per tensor, a sensitive check of every tensor's gradient.
-      const std::vector<float> p1_gpu = gpu.model().ParamsToHost();
+      const std::vector<float> p1_gpu = device.model().ParamsToHost();
       std::vector<float> du_gpu(p1_gpu.size()), du_cpu(p1_gpu.size());
       for (size_t i = 0; i < p1_gpu.size(); ++i) {
         du_gpu[i] = p1_gpu[i] - p0_gpu[i];
@@ -194,7 +205,7 @@ void RunJob(const std::string& label, JobConfig config, int B, int T, int K, int
   Report(std::isfinite(eval_gpu) && ee <= kEvalTol, line);
 
   // d. The steady state (every step after the first, and evaluation) allocates nothing.
-  const AllocatorStats end = gpu.model().memory_stats();
+  const AllocatorStats end = device.model().memory_stats();
   const uint64_t mallocs_end = loom::emu::DeviceAllocCount();
   std::snprintf(line, sizeof line,
                 "d. no allocation after step 1: segments %llu -> %llu, allocator calls %llu -> "
@@ -265,8 +276,7 @@ void RunJob(const std::string& label, JobConfig config, int B, int T, int K, int
                   static_cast<long long>(r.start_ns), static_cast<long long>(r.dur_ns));
     }
   }
-  gpu.set_trace(nullptr);
-  trace.reset();
+  trace.reset();  // the trainer records nothing more
   std::remove(ring_path.c_str());
   Report(trace_ok, "h. the timeline: " + std::to_string(ring.records.size()) +
                        " records, per step K forward before backward, inside the step");

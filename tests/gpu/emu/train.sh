@@ -2,8 +2,8 @@
 # Builds and runs the GPU training path in the CPU emulation against the CPU trainer
 # (tests/gpu/emu/README.md, "The training path"):
 #   tests/gpu/emu/train.sh [steps]      (default 8)
-# The CUDA side (the kernels of kernels/cuda/ rewritten by rewrite_launches.py, GptCuda,
-# CudaTrainer, worker/train/device/) is compiled with the emulation's force-included header; the
+# The CUDA side (the kernels of kernels/cuda/ rewritten by rewrite_launches.py, GptCuda, the
+# CUDA backend, worker/train/device/) is compiled with the emulation's force-included header; the
 # CPU side (the sources of the CMake libraries loom_train_core and loom_kernels, read from their
 # CMakeLists.txt) with plain g++ and OpenBLAS, as CMake builds them. Needs g++ (C++20), python3,
 # OpenBLAS and the CUDA headers (CUDA_HOME, default /usr/local/cuda); no GPU, no CUDA library.
@@ -100,13 +100,13 @@ fi
 DP_OBJECTS=()
 for obj in "${OBJECTS[@]}"; do
   case $obj in
-    */tests_gpu_emu_emu_train_main.cc.o | */worker_train_cuda_trainer*.o) ;;
+    */tests_gpu_emu_emu_train_main.cc.o | */worker_train_cuda_backend.cc.o) ;;
     *) DP_OBJECTS+=("$obj") ;;
   esac
 done
 DP_FLAGS=("${EMU_FLAGS[@]}" -DLOOM_HAVE_NCCL)
-for src in "$ROOT/worker/train/cuda_trainer.cc" "$ROOT/worker/train/cuda_trainer_checkpoint.cc" \
-           "$ROOT/worker/train/cuda_grad_sync.cc" "$EMU/emu_dp_main.cc"; do
+for src in "$ROOT/worker/train/cuda_backend.cc" "$ROOT/worker/train/cuda_grad_sync.cc" \
+           "$EMU/emu_dp_main.cc"; do
   obj=$OUT/obj/dp_$(realpath --relative-to="$ROOT" "$src" | tr / _).o
   DP_OBJECTS+=("$obj")
   if stale "$obj"; then

@@ -76,6 +76,7 @@ void GptCuda::FreeActivations() {
   for (void* p : act_blocks_) allocator_->Free(p);
   act_blocks_.clear();
   a_ = Acts{};
+  slot_acts_.clear();
   s_ = Grads{};
   B_ = T_ = 0;
   dlosses_value_ = -1.0f;
@@ -107,10 +108,11 @@ void GptCuda::InitWeights(uint64_t seed) {
   LOOM_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
-void GptCuda::Reserve(int B, int T) {
+void GptCuda::Reserve(int B, int T, int slots) {
   LOOM_CHECK(B >= 1, "batch size must be >= 1");
   LOOM_CHECK(T >= 1 && T <= dims_.max_seq_len, "sequence length must be in [1, maxT]");
-  if (B == B_ && T == T_) return;
+  LOOM_CHECK(slots >= 1, "a stage needs at least one activation slot");
+  if (B == B_ && T == T_ && slots == static_cast<int>(slot_acts_.size())) return;
   FreeActivations();
   const size_t L = dims_.layers, C = dims_.channels, NH = dims_.heads, Vp = layout_.padded_vocab;
   const size_t N = static_cast<size_t>(B) * T;
@@ -129,29 +131,36 @@ void GptCuda::Reserve(int B, int T) {
     act_blocks_.push_back(p);
     return static_cast<int*>(p);
   };
-  a_.encoded = bf(N * C);
-  a_.ln1 = bf(L * N * C);
-  a_.ln1_mean = f32(L * N);
-  a_.ln1_rstd = f32(L * N);
-  a_.qkv = bf(L * N * 3 * C);
-  a_.atty = bf(L * N * C);
-  a_.att = bf(L * B * NH * T * T);
-  a_.residual2 = bf(L * N * C);
-  a_.ln2 = bf(L * N * C);
-  a_.ln2_mean = f32(L * N);
-  a_.ln2_rstd = f32(L * N);
-  a_.fch = bf(L * N * 4 * C);
-  a_.fch_gelu = bf(L * N * 4 * C);
-  a_.residual3 = bf(L * N * C);
-  a_.proj = bf(N * C);
-  a_.lnf = bf(N * C);
-  a_.lnf_mean = f32(N);
-  a_.lnf_rstd = f32(N);
-  a_.logits = bf(N * Vp);
-  a_.lse = f32(N);
-  a_.losses = f32(N);
-  a_.tokens = i32(N);
-  a_.targets = i32(N);
+  // Slot 0 first, in the order of one slot's layout (the planner's memory model replays it).
+  for (int slot = 0; slot < slots; ++slot) {
+    Acts x;
+    x.encoded = bf(N * C);
+    x.ln1 = bf(L * N * C);
+    x.ln1_mean = f32(L * N);
+    x.ln1_rstd = f32(L * N);
+    x.qkv = bf(L * N * 3 * C);
+    x.atty = bf(L * N * C);
+    x.att = bf(L * B * NH * T * T);
+    x.residual2 = bf(L * N * C);
+    x.ln2 = bf(L * N * C);
+    x.ln2_mean = f32(L * N);
+    x.ln2_rstd = f32(L * N);
+    x.fch = bf(L * N * 4 * C);
+    x.fch_gelu = bf(L * N * 4 * C);
+    x.residual3 = bf(L * N * C);
+    // One forward-only buffer for every slot.
+    x.proj = slot == 0 ? bf(N * C) : slot_acts_[0].proj;
+    x.lnf = bf(N * C);
+    x.lnf_mean = f32(N);
+    x.lnf_rstd = f32(N);
+    x.logits = bf(N * Vp);
+    x.lse = f32(N);
+    x.losses = f32(N);
+    x.tokens = i32(N);
+    x.targets = i32(N);
+    slot_acts_.push_back(x);
+  }
+  a_ = slot_acts_[0];
 
   s_.dlosses = f32(N);
   s_.dlogits = bf(N * Vp);
@@ -176,8 +185,9 @@ GptCuda::bf16* GptCuda::BlockInput(int l) const {
   return l == 0 ? a_.encoded : a_.residual3 + static_cast<size_t>(l - 1) * NC;
 }
 
-void GptCuda::Forward(const int* tokens, const int* targets) {
+void GptCuda::Forward(const int* tokens, const int* targets, int slot) {
   LOOM_CHECK(B_ > 0, "call Reserve before Forward");
+  UseSlot(slot);
   LOOM_CHECK(tokens != nullptr && targets != nullptr, "Forward needs tokens and targets");
   const int B = B_, T = T_, C = dims_.channels, V = dims_.vocab, L = dims_.layers;
   const int N = B * T;
@@ -248,8 +258,15 @@ void GptCuda::BlockForward(int l, const Tensors& w) {
   kc::residual_forward(residual3, residual2, a_.proj, static_cast<long>(NC), stream_);
 }
 
-double GptCuda::LossSum() {
+void GptCuda::UseSlot(int slot) {
+  LOOM_CHECK(slot >= 0 && slot < static_cast<int>(slot_acts_.size()),
+             "activation slot out of [0, slots)");
+  a_ = slot_acts_[slot];
+}
+
+double GptCuda::LossSum(int slot) {
   LOOM_CHECK(B_ > 0, "call Reserve and Forward before LossSum");
+  UseSlot(slot);
   const size_t N = static_cast<size_t>(B_) * T_;
   LOOM_CUDA_CHECK(cudaMemcpyAsync(host_losses_.data(), a_.losses, N * sizeof(float),
                                   cudaMemcpyDeviceToHost, stream_));
@@ -263,8 +280,9 @@ void GptCuda::ZeroGrad() {
   LOOM_CUDA_CHECK(cudaMemsetAsync(grads_, 0, layout_.total * sizeof(bf16), stream_));
 }
 
-void GptCuda::Backward(float loss_scale, const GradReadyFn& ready) {
+void GptCuda::Backward(float loss_scale, const GradReadyFn& ready, int slot) {
   LOOM_CHECK(B_ > 0, "call Reserve and Forward before Backward");
+  UseSlot(slot);
   const int B = B_, T = T_, C = dims_.channels, V = dims_.vocab, L = dims_.layers;
   const int N = B * T;
   const size_t NC = static_cast<size_t>(N) * C;

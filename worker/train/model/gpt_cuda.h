@@ -60,17 +60,20 @@ class GptCuda {
   // AdamW moments.
   void InitWeights(uint64_t seed);
 
-  // Lays out the activations and backward scratch for micro-batches (B, T). Requires B >= 1,
-  // 1 <= T <= maxT. Reallocates only when the shape changed.
-  void Reserve(int B, int T);
+  // Lays out the activations and backward scratch for micro-batches (B, T) in `slots`
+  // independent slots (a micro-batch's activations stay in its slot from its forward to its
+  // backward, as GPT::Reserve). Requires B >= 1, 1 <= T <= maxT, slots >= 1. Reallocates only
+  // when something changed.
+  void Reserve(int B, int T, int slots = 1);
 
-  // Forward pass of one micro-batch: tokens and targets (B, T) host ints in [0, V) (checked),
-  // copied to the device. Enqueued; the per-position losses stay on the device (LossSum).
-  void Forward(const int* tokens, const int* targets);
+  // Forward pass of one micro-batch into `slot`: tokens and targets (B, T) host ints in [0, V)
+  // (checked), copied to the device. Enqueued; the per-position losses stay on the device
+  // (LossSum).
+  void Forward(const int* tokens, const int* targets, int slot = 0);
 
-  // Sum over the B*T positions of the last Forward's losses, in double on the host (copies
-  // the (B, T) fp32 losses back; synchronises the stream).
-  double LossSum();
+  // Sum over the B*T positions of the slot's last Forward's losses, in double on the host
+  // (copies the (B, T) fp32 losses back; synchronises the stream).
+  double LossSum(int slot = 0);
 
   // Sets every gradient to zero (enqueued); call once per optimizer step.
   void ZeroGrad();
@@ -84,7 +87,8 @@ class GptCuda {
   // Adds the gradient of loss_scale * (mean loss of the last Forward) to the gradients.
   // Enqueued. loss_scale = 1/K averages K accumulated micro-batches (1/(K * dp) under data
   // parallelism, so that the group's sum is the mean). `ready`, when set, hears each stage.
-  void Backward(float loss_scale, const GradReadyFn& ready = nullptr);
+  // Uses the activations of `slot`; the slot is free for reuse afterwards.
+  void Backward(float loss_scale, const GradReadyFn& ready = nullptr, int slot = 0);
 
   // The global L2 norm of the gradients (one sum of squares over the whole buffer, fp32 on the
   // device; synchronises the stream).
@@ -116,6 +120,8 @@ class GptCuda {
 
   const ModelDims& dims() const { return dims_; }
   int device() const { return device_; }  // the CUDA device the model lives on
+  int batch() const { return B_; }        // the Reserve'd micro-batch shape (0 before)
+  int seq_len() const { return T_; }
   const std::vector<TensorInfo>& tensors() const { return table_; }
   size_t num_params() const { return num_params_; }
   int padded_vocab() const { return layout_.padded_vocab; }
@@ -132,7 +138,7 @@ class GptCuda {
   size_t fixed_bytes() const { return gemm_->workspace_bytes(); }
 
  private:
-  // Activations of one micro-batch (B, T); N = B*T. bf16 unless marked fp32.
+  // Activations of one micro-batch (B, T) in one slot; N = B*T. bf16 unless marked fp32.
   struct Acts {
     bf16* encoded;    // (B, T, C)
     bf16* ln1;        // (L, B, T, C)
@@ -178,6 +184,7 @@ class GptCuda {
   };
 
   Tensors View(bf16* base) const;
+  void UseSlot(int slot);  // a_ := the slot's activations
   void* Alloc(size_t bytes);
   void FreeActivations();
   void BlockForward(int l, const Tensors& w);
@@ -207,7 +214,8 @@ class GptCuda {
   float* norm_out_ = nullptr;        // (1) fp32
   int B_ = 0, T_ = 0;
   float dlosses_value_ = -1.0f;  // what dlosses holds now (re-filled when loss_scale changes)
-  Acts a_{};
+  Acts a_{};                     // the slot the pass in progress uses (a copy of slot_acts_[i])
+  std::vector<Acts> slot_acts_;  // (slots); proj is shared by all
   Grads s_{};
   std::vector<float> host_losses_;  // (B, T)
 };
