@@ -13,38 +13,76 @@ namespace {
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t RoundUp(int64_t a, int64_t b) { return CeilDiv(a, b) * b; }
 
+// What one rank of a layout holds: stage `stage` of pp, with `blocks` blocks, its 1/tp slices.
+struct Shard {
+  bool first = true, last = true;
+  int64_t blocks = 0;               // Lb
+  int64_t cl = 0, nhl = 0, fl = 0;  // C/tp, NH/tp, 4C/tp
+};
+
 // The sizes of the gradient buckets in bf16 elements, on the padded device layout:
-// PlanGradBuckets (grad_buckets.cc) over the whole model's table, then ToPaddedLayout, which
-// grows the bucket holding wte by the padding rows.
-std::vector<int64_t> BucketElements(const ModelShape& m, int64_t pad) {
-  const int64_t C = m.hidden;
-  std::vector<int64_t> pieces = {C, C};  // lnfb, lnfw (stage L)
-  // Per block, from L−1 down to 0, the order its backward writes them: fcprojb, fcprojw, fcb,
-  // fcw, ln2b, ln2w, attprojb, attprojw, qkvb, qkvw, ln1b, ln1w.
-  const std::vector<int64_t> block = {C, 4 * C * C, 4 * C, 4 * C * C, C, C,
-                                      C, C * C,     3 * C, 3 * C * C, C, C};
-  for (int l = 0; l < m.layers; ++l) pieces.insert(pieces.end(), block.begin(), block.end());
-  pieces.push_back(int64_t{m.seq_len} * C);  // wpe
-  pieces.push_back(int64_t{m.vocab} * C);    // wte, the last piece
+// PlanGradBuckets (grad_buckets.cc) over the shard's table, then ToPaddedLayout, which grows the
+// bucket holding wte by the padding rows.
+std::vector<int64_t> BucketElements(const ModelShape& m, const Shard& sh, int64_t pad) {
+  const int64_t C = m.hidden, Cl = sh.cl, Fl = sh.fl;
+  std::vector<int64_t> pieces;
+  size_t wte_piece = 0;
+  if (sh.last) pieces.insert(pieces.end(), {C, C});  // lnfb, lnfw (stage L)
+  if (sh.last && !sh.first) {                        // the head's copy of wte, final at stage L
+    wte_piece = pieces.size();
+    pieces.push_back(int64_t{m.vocab} * C);
+  }
+  // Per block, from the last down, the order its backward writes them: fcprojb, fcprojw, fcb,
+  // fcw, ln2b, ln2w, attprojb, attprojw, qkvb, qkvw, ln1b, ln1w (this rank's slices).
+  const std::vector<int64_t> block = {C, C * Fl, Fl,     Fl * C,     C, C,
+                                      C, C * Cl, 3 * Cl, 3 * Cl * C, C, C};
+  for (int64_t l = 0; l < sh.blocks; ++l) pieces.insert(pieces.end(), block.begin(), block.end());
+  if (sh.first) {
+    pieces.push_back(int64_t{m.seq_len} * C);  // wpe
+    wte_piece = pieces.size();
+    pieces.push_back(int64_t{m.vocab} * C);  // wte, the last piece
+  }
   const int64_t cap = kCudaDpBucketBytes / 2;
   std::vector<int64_t> buckets;
-  for (int64_t p : pieces) {
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const int64_t p = pieces[i];
     if (buckets.empty() || (buckets.back() > 0 && buckets.back() + p > cap)) buckets.push_back(0);
     buckets.back() += p;
+    if ((sh.first || sh.last) && i == wte_piece) buckets.back() += pad;  // wte's padding rows
   }
-  buckets.back() += pad;  // wte's bucket is the last one
   return buckets;
+}
+
+// The shard of stage `stage` with `blocks` blocks (-1: the even split's) under `layout`.
+Shard ShardOf(const ModelShape& m, const Layout& layout, int stage, int blocks) {
+  Shard sh;
+  sh.first = stage == 0;
+  sh.last = stage == layout.pp - 1;
+  sh.blocks = blocks >= 0 ? blocks : m.layers / layout.pp + (stage < m.layers % layout.pp);
+  sh.cl = m.hidden / layout.tp;
+  sh.nhl = m.heads / layout.tp;
+  sh.fl = 4 * int64_t{m.hidden} / layout.tp;
+  return sh;
 }
 
 }  // namespace
 
-std::vector<CudaBufferRequest> CudaBackendRequests(const ModelShape& m, const Layout& layout) {
-  const int64_t L = m.layers, C = m.hidden, NH = m.heads, V = m.vocab, T = m.seq_len;
+std::vector<CudaBufferRequest> CudaBackendRequests(const ModelShape& m, const Layout& layout,
+                                                   int stage, int blocks) {
+  const Shard sh = ShardOf(m, layout, stage, blocks);
+  const int64_t L = sh.blocks, C = m.hidden, NH = sh.nhl, V = m.vocab, T = m.seq_len;
+  const int64_t Cl = sh.cl, Fl = sh.fl;
   const int64_t B = layout.micro_batch, N = B * T;
-  const int64_t Vp = RoundUp(V, kCudaVocabMultiple);
-  const int64_t pad = (Vp - V) * C;
-  const int64_t n = int64_t(TotalParams(m)) + pad;
+  const bool wte = sh.first || sh.last;
+  const int64_t Vp = wte ? RoundUp(V, kCudaVocabMultiple) : 0;
+  const int64_t pad = wte ? (Vp - V) * C : 0;
+  // The shard table's parameters (ShardTable, params.cc), plus wte's padding rows.
+  const int64_t per_block =
+      2 * C + 3 * Cl * C + 3 * Cl + C * Cl + C + 2 * C + Fl * C + Fl + C * Fl + C;
+  const int64_t n = L * per_block + (wte ? int64_t{V} * C + pad : 0) +
+                    (sh.first ? int64_t{m.seq_len} * C : 0) + (sh.last ? 2 * C : 0);
   constexpr int64_t kBf16 = 2, kF32 = 4, kI32 = 4;
+  constexpr int64_t kNumTensors = 16;  // the parameter table's (params.h)
   using MB = MemoryBreakdown;
 
   std::vector<CudaBufferRequest> r;
@@ -58,11 +96,11 @@ std::vector<CudaBufferRequest> CudaBackendRequests(const ModelShape& m, const La
   add("adam m", n * kF32, &MB::optimizer);
   add("adam v", n * kF32, &MB::optimizer);
   add("norm partials", kCudaGradNormBlocks * kF32, &MB::workspace);
-  add("norm out", kF32, &MB::workspace);
+  add("norm out", kNumTensors * kF32, &MB::workspace);  // one sum of squares per tensor
   // CudaGradSync, constructed by the CUDA backend (worker/train/cuda_backend.cc) before the
   // trainer calls Reserve.
   if (layout.dp > 1) {
-    const std::vector<int64_t> buckets = BucketElements(m, pad);
+    const std::vector<int64_t> buckets = BucketElements(m, sh, pad);
     for (size_t i = 0; i < buckets.size(); ++i) {
       add(absl::StrCat("bucket ", i), buckets[i] * kBf16, &MB::comm_buffers);
     }
@@ -71,41 +109,59 @@ std::vector<CudaBufferRequest> CudaBackendRequests(const ModelShape& m, const La
   // The backend's staging buffer for the step loop's collectives on host values
   // (CudaBackend::kHostScalars floats).
   add("host scalars", kCudaHostScalars * kF32, &MB::workspace);
-  // GptCuda::Reserve(B, T).
-  add("encoded", N * C * kBf16, &MB::embedding_and_logits);
-  add("ln1", L * N * C * kBf16, &MB::activations);
-  add("ln1 mean", L * N * kF32, &MB::activations);
-  add("ln1 rstd", L * N * kF32, &MB::activations);
-  add("qkv", L * N * 3 * C * kBf16, &MB::activations);
-  add("atty", L * N * C * kBf16, &MB::activations);
-  add("att", L * B * NH * T * T * kBf16, &MB::activations);
-  add("residual2", L * N * C * kBf16, &MB::activations);
-  add("ln2", L * N * C * kBf16, &MB::activations);
-  add("ln2 mean", L * N * kF32, &MB::activations);
-  add("ln2 rstd", L * N * kF32, &MB::activations);
-  add("fch", L * N * 4 * C * kBf16, &MB::activations);
-  add("fch gelu", L * N * 4 * C * kBf16, &MB::activations);
-  add("residual3", L * N * C * kBf16, &MB::activations);
-  add("proj", N * C * kBf16, &MB::embedding_and_logits);
-  add("lnf", N * C * kBf16, &MB::embedding_and_logits);
-  add("lnf mean", N * kF32, &MB::embedding_and_logits);
-  add("lnf rstd", N * kF32, &MB::embedding_and_logits);
-  add("logits", N * Vp * kBf16, &MB::embedding_and_logits);
-  add("lse", N * kF32, &MB::embedding_and_logits);
-  add("losses", N * kF32, &MB::embedding_and_logits);
-  add("tokens", N * kI32, &MB::embedding_and_logits);
-  add("targets", N * kI32, &MB::embedding_and_logits);
-  add("dlosses", N * kF32, &MB::embedding_and_logits);
-  add("dlogits", N * Vp * kBf16, &MB::embedding_and_logits);
+  // GptCuda::Reserve(B, T, slots): the slots a stage keeps (MicroBatchesInFlight), slot 0's
+  // buffers first, then the others', then the backward scratch.
+  const int slots = MicroBatchesInFlight(layout, stage);
+  for (int slot = 0; slot < slots; ++slot) {
+    const std::string at = slot == 0 ? "" : absl::StrCat(" (slot ", slot, ")");
+    add("encoded" + at, N * C * kBf16, &MB::embedding_and_logits);
+    add("ln1" + at, L * N * C * kBf16, &MB::activations);
+    add("ln1 mean" + at, L * N * kF32, &MB::activations);
+    add("ln1 rstd" + at, L * N * kF32, &MB::activations);
+    add("qkv" + at, L * N * 3 * Cl * kBf16, &MB::activations);
+    add("atty" + at, L * N * Cl * kBf16, &MB::activations);
+    add("att" + at, L * B * NH * T * T * kBf16, &MB::activations);
+    add("residual2" + at, L * N * C * kBf16, &MB::activations);
+    add("ln2" + at, L * N * C * kBf16, &MB::activations);
+    add("ln2 mean" + at, L * N * kF32, &MB::activations);
+    add("ln2 rstd" + at, L * N * kF32, &MB::activations);
+    add("fch" + at, L * N * Fl * kBf16, &MB::activations);
+    add("fch gelu" + at, L * N * Fl * kBf16, &MB::activations);
+    add("residual3" + at, L * N * C * kBf16, &MB::activations);
+    if (slot == 0) add("proj", N * C * kBf16, &MB::embedding_and_logits);
+    if (sh.last) {
+      add("lnf" + at, N * C * kBf16, &MB::embedding_and_logits);
+      add("lnf mean" + at, N * kF32, &MB::embedding_and_logits);
+      add("lnf rstd" + at, N * kF32, &MB::embedding_and_logits);
+      add("logits" + at, N * Vp * kBf16, &MB::embedding_and_logits);
+      add("lse" + at, N * kF32, &MB::embedding_and_logits);
+      add("losses" + at, N * kF32, &MB::embedding_and_logits);
+    }
+    if (sh.first) add("tokens" + at, N * kI32, &MB::embedding_and_logits);
+    if (sh.last) add("targets" + at, N * kI32, &MB::embedding_and_logits);
+  }
+  if (sh.last) {
+    add("dlosses", N * kF32, &MB::embedding_and_logits);
+    add("dlogits", N * Vp * kBf16, &MB::embedding_and_logits);
+  }
   add("dresidual", N * C * kBf16, &MB::workspace);
   add("dln", N * C * kBf16, &MB::workspace);
-  add("datty", N * C * kBf16, &MB::workspace);
-  add("dqkv", N * 3 * C * kBf16, &MB::workspace);
-  add("dfch gelu", N * 4 * C * kBf16, &MB::workspace);
-  add("dfch", N * 4 * C * kBf16, &MB::workspace);
+  add("datty", N * Cl * kBf16, &MB::workspace);
+  add("dqkv", N * 3 * Cl * kBf16, &MB::workspace);
+  add("dfch gelu", N * Fl * kBf16, &MB::workspace);
+  add("dfch", N * Fl * kBf16, &MB::workspace);
   add("layernorm scratch", 2 * CeilDiv(N, kCudaColumnSumRows) * C * kF32, &MB::workspace);
   // fp32 scores of one batch element, then (256-byte aligned) their bf16 gradient.
   add("attention scratch", RoundUp(NH * T * T * kF32, 256) + NH * T * T * kBf16, &MB::workspace);
+  // The trainer's pipeline stage buffers (B, T, C) bf16, one per slot and direction it uses
+  // (trainer.cc): received activations and sent gradients on every stage but the first, received
+  // gradients and sent activations on every stage but the last.
+  if (layout.pp > 1) {
+    const int64_t buffers = int64_t{slots} * ((sh.first ? 0 : 2) + (sh.last ? 0 : 2));
+    for (int64_t i = 0; i < buffers; ++i) {
+      add(absl::StrCat("stage buffer ", i), RoundUp(N * C, 2) * kBf16, &MB::comm_buffers);
+    }
+  }
   return r;
 }
 
@@ -143,19 +199,19 @@ CachingAllocatorState SimulateCachingAllocator(const std::vector<int64_t>& reque
 }
 
 absl::StatusOr<MemoryBreakdown> CudaBackendMemory(const ModelShape& m, Precision precision,
-                                                  const Layout& layout) {
+                                                  const Layout& layout, int stage, int blocks) {
   if (precision != Precision::kBf16) {
     return absl::InvalidArgumentError("precision: the GPU backend trains in bf16 only");
-  }
-  if (layout.tp != 1 || layout.pp != 1) {
-    return absl::InvalidArgumentError(
-        "layout: the GPU backend runs data parallelism only (tensor = pipeline = 1)");
   }
   if (layout.recompute != Recompute::kNone || layout.zero1) {
     return absl::InvalidArgumentError(
         "layout: the GPU backend has no activation recompute and no ZeRO-1");
   }
-  const std::vector<CudaBufferRequest> requests = CudaBackendRequests(m, layout);
+  if (layout.tp < 1 || layout.pp < 1 || m.heads % layout.tp != 0 || stage < 0 ||
+      stage >= layout.pp || blocks == 0 || blocks > m.layers) {
+    return absl::InvalidArgumentError("layout: no such stage or tensor slice of the model");
+  }
+  const std::vector<CudaBufferRequest> requests = CudaBackendRequests(m, layout, stage, blocks);
   std::vector<int64_t> bytes;
   bytes.reserve(requests.size());
   for (const CudaBufferRequest& q : requests) bytes.push_back(q.bytes);

@@ -1,5 +1,9 @@
 // Memory of one rank of Loom's GPU backend (worker/train: GptCuda in bf16 mixed precision on
-// one CUDA device, data parallelism only), by component, in the terms of MemoryBreakdown.
+// one CUDA device, any data x tensor x pipeline layout but ZeRO-1), by component, in the terms
+// of MemoryBreakdown. Below, the whole model's terms; a tensor or pipeline shard holds its
+// stage's blocks (the embeddings on the first stage, the final layernorm and the head on the
+// last) with 1/tp of each sliced width, one set of activations per micro-batch in flight, and
+// the trainer's (B, T, C) bf16 stage buffers.
 //
 // Why a variant: the planner's GPU formula (memory_model.h, Korthikanti et al. 2022) counts what
 // a Megatron-style block saves for backward (dropout masks, pre-softmax scores, fp32 softmax),
@@ -24,8 +28,8 @@
 //    gradient bucket, the pieces of PlanGradBuckets (lnf, then blocks L−1..0 in backward's
 //    order, then wpe and wte) packed greedily into buckets of at most 25 MiB (the default
 //    --dp-bucket-mb), the wte bucket grown by wte's padding: 2·n in all; one fp32 for the loss's
-//    sum. And, with a checkpoint directory (loom-worker always gives one), the resume-step
-//    gather after Reserve: 4 and 4·dp bytes, freed at once but counted by the peak.
+//    sum. Then, every layout, the backend's 16 fp32 staging values for collectives on host
+//    values (workspace).
 //  - activations (Reserve), stacked over the L blocks, bf16 unless fp32 is said: ln1, atty,
 //    residual2, ln2, residual3 (1 width C each), qkv (3C), fch and fch_gelu (4C each): 16
 //    values of width C per token; ln1 and ln2 mean and rstd (4 fp32 per token); the attention
@@ -86,10 +90,13 @@ struct CudaBufferRequest {
   double MemoryBreakdown::*component = nullptr;  // where its block is counted
 };
 
-// The allocations of one GPU-backend rank for `m` under `layout` (dp, micro_batch; tp = pp = 1
-// assumed): the constructor's, the gradient buckets' when dp > 1, Reserve's, then the
-// transient resume-step gather when dp > 1. Pure.
-std::vector<CudaBufferRequest> CudaBackendRequests(const ModelShape& m, const Layout& layout);
+// The allocations of one GPU-backend rank for `m` under `layout`, on pipeline stage `stage`
+// holding `blocks` blocks (-1: the even split's share) and its 1/tp tensor slices: the
+// constructor's, the gradient buckets' when dp > 1, the backend's host-value staging buffer,
+// Reserve's (one set of activations per micro-batch the stage keeps in flight), then the
+// trainer's pipeline stage buffers when pp > 1. Pure.
+std::vector<CudaBufferRequest> CudaBackendRequests(const ModelShape& m, const Layout& layout,
+                                                   int stage = 0, int blocks = -1);
 
 // The caching allocator after serving `request_bytes` in order with nothing freed: the block
 // each request got (its rounded size, or the whole block when the rest was not split off), and
@@ -101,10 +108,13 @@ struct CachingAllocatorState {
 };
 CachingAllocatorState SimulateCachingAllocator(const std::vector<int64_t>& request_bytes);
 
-// The memory of one rank of the GPU backend for `m` under `layout`. INVALID_ARGUMENT naming the
-// option when the GPU backend does not run it (fp32, tensor or pipeline > 1, recompute,
-// ZeRO-1). Pure.
+// The memory of one rank of the GPU backend for `m` under `layout`, on stage `stage` with
+// `blocks` blocks (-1: the even split's). INVALID_ARGUMENT naming the option when the GPU
+// backend does not run it (fp32, recompute, ZeRO-1) or the stage does not exist. Exact (byte
+// for byte against the allocator) for one rank of the whole model; for tensor and pipeline
+// shards the same request list, which the GPU check has not measured on a device yet. Pure.
 absl::StatusOr<MemoryBreakdown> CudaBackendMemory(const ModelShape& m, Precision precision,
-                                                  const Layout& layout);
+                                                  const Layout& layout, int stage = 0,
+                                                  int blocks = -1);
 
 }  // namespace loom::planner

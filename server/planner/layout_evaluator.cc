@@ -92,10 +92,15 @@ Evaluation EvaluateLayout(const ModelShape& m, Precision precision, const Device
   // the CPU backend's (cpu_backend_memory.h), GPUs GptCuda's (cuda_backend_memory.h), which
   // is what the worker reports as its peak (the published formula overestimates it ~1.8x, as
   // it counts a Megatron block's dropout masks, pre-softmax scores and a 10% margin). Layouts
-  // they refuse (tp or pp > 1, recompute, ZeRO-1, the other precision) are Megatron-style
-  // layouts Loom does not run yet: they keep the published formula below.
+  // they refuse (recompute, ZeRO-1 on a GPU, tp or pp > 1 on the CPU's, the other precision) are
+  // Megatron-style layouts Loom does not run yet: they keep the published formula below. A GPU
+  // pipeline gets the GPU backend's buffers per stage of the partition.
+  const bool gpu = d.model != "cpu";
   absl::StatusOr<MemoryBreakdown> backend =
-      d.model == "cpu" ? CpuBackendMemory(m, precision, l) : CudaBackendMemory(m, precision, l);
+      !gpu ? CpuBackendMemory(m, precision, l)
+      : l.pp == 1
+          ? CudaBackendMemory(m, precision, l)
+          : absl::StatusOr<MemoryBreakdown>(absl::UnimplementedError("pipeline: per stage"));
   if (backend.ok()) {
     ev.blocks_per_stage = {m.layers};  // one stage: neither backend has a pipeline
     ev.stage_memory = {*backend};
@@ -129,9 +134,17 @@ Evaluation EvaluateLayout(const ModelShape& m, Precision precision, const Device
   if (!part.ok()) part = MinimizePeakMemory(problem);
   ev.blocks_per_stage = part->blocks_per_stage;
 
+  // A pipeline the GPU backend runs gets its exact per-stage buffers for the partition's
+  // stages (the partition itself stays the formula's, which is the more cautious).
+  bool exact = gpu;
   double peak = -1;
   for (int i = 0; i < l.pp; ++i) {
-    ev.stage_memory.push_back(StageMemory(m, precision, l, d, i, ev.blocks_per_stage[i]));
+    absl::StatusOr<MemoryBreakdown> stage =
+        gpu ? CudaBackendMemory(m, precision, l, i, ev.blocks_per_stage[i])
+            : absl::StatusOr<MemoryBreakdown>(absl::UnimplementedError("the formula"));
+    exact = exact && stage.ok();
+    ev.stage_memory.push_back(
+        stage.ok() ? *stage : StageMemory(m, precision, l, d, i, ev.blocks_per_stage[i]));
     if (ev.stage_memory.back().total() > peak) {
       peak = ev.stage_memory.back().total();
       ev.peak_stage = i;
@@ -139,6 +152,7 @@ Evaluation EvaluateLayout(const ModelShape& m, Precision precision, const Device
   }
   ev.peak_memory = ev.stage_memory[ev.peak_stage];
   ev.headroom_bytes = d.memory_bytes - peak;
+  if (exact) ev.fits = ev.headroom_bytes >= 0;
 
   FillTime(m, precision, d, ev);
   return ev;

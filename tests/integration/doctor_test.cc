@@ -156,7 +156,7 @@ TEST_F(DoctorIntegrationTest, ASlowRankIsNamedStragglerWithItsNodeAndANormalRunI
   StartCluster(/*workers=*/2, /*devices_per_worker=*/1);
   const std::string slow = Submit(DataParallelYaml(", TEST_ONLY_LOOM_SLOW_RANK: \"1:60\""));
   ASSERT_FALSE(slow.empty());
-  const nlohmann::json f = WaitForFinding(slow, "STRAGGLER", std::chrono::seconds(30));
+  const nlohmann::json f = WaitForFinding(slow, "STRAGGLER", std::chrono::seconds(90));
   ASSERT_FALSE(f.is_null()) << Report(slow).dump(2);
   EXPECT_EQ(f.value("rank", -1), 1) << f.dump(2);
   // Rank 1's node: the placement of the job says which worker holds it.
@@ -179,9 +179,11 @@ TEST_F(DoctorIntegrationTest, ASlowRankIsNamedStragglerWithItsNodeAndANormalRunI
   // allowed here.)
   const std::string normal = Submit(DataParallelYaml(""));
   ASSERT_FALSE(normal.empty());
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(12);
+  // Judged by windows, not by wall time: on a loaded machine the job may start late or step
+  // slowly, and what matters is that the doctor judged it repeatedly and found nothing.
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(90);
   int windows = 0;
-  while (std::chrono::steady_clock::now() < end) {
+  while (std::chrono::steady_clock::now() < end && windows < 8) {
     const nlohmann::json report = Report(normal);
     ASSERT_FALSE(report.is_discarded());
     if (report.contains("findings")) {

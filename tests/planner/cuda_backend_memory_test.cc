@@ -176,11 +176,8 @@ TEST(CudaBackendMemoryTest, RefusesWhatTheGpuBackendDoesNotRun) {
   std::vector<Refused> cases;
   cases.push_back({"fp32", Precision::kFp32, Layout{}});
   Layout tp;
-  tp.tp = 2;
-  cases.push_back({"tensor", Precision::kBf16, tp});
-  Layout pp;
-  pp.pp = 2;
-  cases.push_back({"pipeline", Precision::kBf16, pp});
+  tp.tp = 3;  // does not divide tiny's 4 heads
+  cases.push_back({"tensor 3", Precision::kBf16, tp});
   Layout recompute;
   recompute.recompute = Recompute::kSelective;
   cases.push_back({"recompute", Precision::kBf16, recompute});
@@ -193,6 +190,52 @@ TEST(CudaBackendMemoryTest, RefusesWhatTheGpuBackendDoesNotRun) {
     EXPECT_EQ(CudaBackendMemory(m, c.precision, c.layout).status().code(),
               absl::StatusCode::kInvalidArgument);
   }
+  Layout pp;
+  pp.pp = 2;
+  EXPECT_EQ(CudaBackendMemory(m, Precision::kBf16, pp, /*stage=*/2).status().code(),
+            absl::StatusCode::kInvalidArgument);  // no stage 2 of 2
+}
+
+// Tensor and pipeline shards (issue 14): the GPU backend's buffers of one rank's part. tiny
+// (L=2, C=64, NH=4, V=256 = Vp, T=64), B=2: every request is a multiple of 512 B, so the
+// components add up exactly.
+TEST(CudaBackendMemoryTest, ShardsHoldTheirPartOfTheModel) {
+  const ModelShape m = *ResolvePreset("tiny");
+  Layout one;
+  one.micro_batch = 2;
+  one.num_micro_batches = 2;
+  const MemoryBreakdown whole = *CudaBackendMemory(m, Precision::kBf16, one);
+
+  // Pipeline of 2, one block per stage, 1F1B with 2 micro-batches: stage 0 keeps both in
+  // flight, stage 1 one. The bf16 parameters of the two stages are the whole model's plus the
+  // head's copy of the tied wte (V·C = 16,384 bf16), up to each stage's rounding to 512 B.
+  Layout pp = one;
+  pp.pp = 2;
+  const MemoryBreakdown s0 = *CudaBackendMemory(m, Precision::kBf16, pp, 0, 1);
+  const MemoryBreakdown s1 = *CudaBackendMemory(m, Precision::kBf16, pp, 1, 1);
+  EXPECT_NEAR(s0.weights + s1.weights, whole.weights + 2.0 * 256 * 64, 2 * 512.0);
+  // Stage 0: two slots of one block is the whole model's one slot of two blocks.
+  EXPECT_DOUBLE_EQ(s0.activations, whole.activations);
+  EXPECT_DOUBLE_EQ(s1.activations, whole.activations / 2);
+  // Only the last stage holds logits; the first holds no head at all.
+  EXPECT_LT(s0.embedding_and_logits, s1.embedding_and_logits);
+  // Stage buffers: (B, T, C) bf16 = 16,384 B each, two per slot on each side of the cut.
+  EXPECT_DOUBLE_EQ(s0.comm_buffers, 2 * 2 * 16384.0);
+  EXPECT_DOUBLE_EQ(s1.comm_buffers, 1 * 2 * 16384.0);
+
+  // Tensor parallel 2: the sliced widths halve (qkv 3C, atty C, att, fch and fch_gelu 4C of the
+  // 16 values of width C, and NH/2 heads), the replicated ones (ln1, residual2, ln2, residual3)
+  // and the statistics stay.
+  Layout tp = one;
+  tp.tp = 2;
+  const MemoryBreakdown t = *CudaBackendMemory(m, Precision::kBf16, tp);
+  const double N = 2 * 64, C = 64, L = 2, B = 2, NH = 4, T = 64;
+  const double sliced = L * (2 * N * 12 * C + 2 * B * NH * T * T) / 2;
+  const double kept = L * (2 * N * 4 * C + 16 * N);
+  EXPECT_DOUBLE_EQ(t.activations, sliced + kept);
+  EXPECT_DOUBLE_EQ(whole.activations, 2 * sliced + kept);
+  EXPECT_LT(t.weights, whole.weights);
+  EXPECT_GT(t.weights, whole.weights / 2);  // the embeddings are replicated
 }
 
 // The allocator simulation's rules on small cases (the replay test checks it against the real
@@ -246,12 +289,7 @@ TEST(CudaBackendMemoryTest, EvaluatorPicksTheBackendModelForDataParallelBf16) {
   Layout tp;
   tp.tp = 2;
   tp.micro_batch = 8;
-  cases.push_back({"tp=2", Precision::kBf16, tp, false});
-  Layout pp;
-  pp.pp = 2;
-  pp.micro_batch = 8;
-  pp.num_micro_batches = 4;
-  cases.push_back({"pp=2", Precision::kBf16, pp, false});
+  cases.push_back({"tp=2", Precision::kBf16, tp, true});
   Layout recompute = dp;
   recompute.recompute = Recompute::kFull;
   cases.push_back({"dp=2 full recompute", Precision::kBf16, recompute, false});
@@ -272,6 +310,20 @@ TEST(CudaBackendMemoryTest, EvaluatorPicksTheBackendModelForDataParallelBf16) {
     EXPECT_EQ(ev.peak_memory.fragmentation == kFragmentationFraction * want.allocated(),
               !c.backend);
   }
+  // A GPU pipeline: each stage of the partition gets the backend's buffers for its blocks.
+  Layout pp;
+  pp.pp = 2;
+  pp.micro_batch = 8;
+  pp.num_micro_batches = 4;
+  const Evaluation staged = EvaluateLayout(m, Precision::kBf16, d, pp);
+  ASSERT_EQ(staged.stage_memory.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    SCOPED_TRACE("stage " + std::to_string(i));
+    EXPECT_DOUBLE_EQ(
+        staged.stage_memory[i].total(),
+        CudaBackendMemory(m, Precision::kBf16, pp, i, staged.blocks_per_stage[i])->total());
+  }
+  EXPECT_EQ(staged.fits, staged.headroom_bytes >= 0);
   // A CPU device never gets the GPU backend's model (bf16 is not the CPU backend's either).
   const DeviceSpec cpu = *DefaultDevice("cpu", 2, 2);
   const Evaluation ev = EvaluateLayout(m, Precision::kBf16, cpu, dp);

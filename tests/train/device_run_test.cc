@@ -7,15 +7,19 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/planner/layout.h"
+#include "server/planner/layout_search.h"
 #include "tests/train/test_util.h"
 #include "worker/train/config/json.h"
 #include "worker/train/cpu_backend.h"
+#include "worker/train/data/token_file.h"
 #include "worker/train/run.h"
 #include "worker/train/trainer.h"
 
@@ -141,6 +145,125 @@ TEST(DeviceRunTest, CheckpointsAndResumeOnTheDevicePath) {
   ASSERT_EQ(resumed.losses.size(), 4u);
   for (int i = 0; i < 4; ++i) EXPECT_EQ(resumed.losses[i], straight.losses[4 + i]) << i;
   EXPECT_TRUE(std::filesystem::exists(split_dir + "/step-000008/manifest.json"));
+}
+
+// What the CUDA factory was asked for, by a run whose factory stops it there (test role).
+struct FactoryCall {
+  bool reached = false;
+  BatchShape shape;
+  int device = -1;
+};
+
+// loom-train with `args` and the rank environment `env` on "cuda:0" of a machine without a GPU,
+// up to the point of the first CUDA call: the factory records its arguments and refuses with
+// a marker error (exit 2).
+int RunToTheFactory(const std::string& args, const std::map<std::string, std::string>& env,
+                    FactoryCall* call, std::string* err) {
+  auto getenv = [&](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  RunOptions options;
+  options.cuda_device_count = [] { return 1; };
+  options.cuda_data_parallel = true;
+  options.cuda_backend = [&](const JobConfig&, const BatchShape& shape, int device,
+                             const RendezvousConfig&, size_t,
+                             ProcessGroups*) -> std::unique_ptr<Backend> {
+    call->reached = true;
+    call->shape = shape;
+    call->device = device;
+    throw BadInput("test-role factory", "stopped before the first CUDA call");
+  };
+  std::vector<std::string> argv;
+  std::string word;
+  for (char ch : args + " ") {
+    if (ch != ' ') {
+      word += ch;
+    } else if (!word.empty()) {
+      argv.push_back(word);
+      word.clear();
+    }
+  }
+  ::testing::internal::CaptureStderr();
+  const int code = RunLoomTrain(argv, getenv, options);
+  *err = ::testing::internal::GetCapturedStderr();
+  return code;
+}
+
+// Issue 14: a model that needs tensor and pipeline parallelism on GPUs (gpt-7b on 16 H100s, as
+// `loomctl plan` plans it, restricted to what loom-train runs: no recompute, no ZeRO-1 on the
+// GPU) gets a layout that loom-train accepts with --device cuda, every rank of it up to the
+// CUDA backend's factory with its own coordinates and stage blocks.
+TEST(DeviceRunTest, APlannedTensorAndPipelineLayoutReachesTheCudaBackend) {
+  planner::PlanRequest req;
+  req.model = *planner::ResolvePreset("gpt-7b");
+  req.devices = *planner::DefaultDevice("H100-SXM", 16, 8);
+  req.batch.global_batch_sequences = 64;
+  req.options.recompute = {planner::Recompute::kNone};
+  req.options.allow_zero1 = false;
+  const absl::StatusOr<planner::PlanResult> plan = planner::PlanLayouts(req);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_FALSE(plan->ranked.empty());
+  const planner::Evaluation& best = plan->ranked.front();
+  const planner::Layout& l = best.layout;
+  ASSERT_GT(l.tp * l.pp, 1) << "gpt-7b should need tensor or pipeline parallelism on an H100: "
+                            << planner::LayoutString(l);
+  std::printf("planned: %s\n", planner::LayoutString(l).c_str());
+  std::string blocks;
+  for (int b : best.blocks_per_stage) blocks += (blocks.empty() ? "" : "/") + std::to_string(b);
+  const std::string layout = "data=" + std::to_string(l.dp) + ",tensor=" + std::to_string(l.tp) +
+                             ",pipeline=" + std::to_string(l.pp) +
+                             ",micro_batch=" + std::to_string(l.micro_batch) +
+                             ",num_micro_batches=" + std::to_string(l.num_micro_batches) +
+                             ",blocks=" + blocks + ",schedule=1f1b,zero1=0";
+  // A token file long enough for 2048-token sequences, ids below the vocabulary.
+  TempDir dir;
+  std::vector<uint16_t> tokens(50'000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(i * 7919 % 50'000);
+  WriteTokenFile(dir / "tokens.bin", tokens);
+  const std::string args =
+      "--layers 32 --hidden 4096 --heads 32 --model-seq-len 2048 --vocab "
+      "50257 --seq-len 2048 --steps 1 --global-batch-tokens " +
+      std::to_string(64 * 2048) + " --data " + (dir / "tokens.bin") + " --rendezvous-dir " +
+      (dir / "rendezvous") + " --device cuda";
+  const int world = l.world();
+  for (int rank : {0, world - 1}) {
+    SCOPED_TRACE("rank " + std::to_string(rank) + " of " + layout);
+    FactoryCall call;
+    std::string err;
+    const std::map<std::string, std::string> env = {{"LOOM_RANK", std::to_string(rank)},
+                                                    {"LOOM_WORLD_SIZE", std::to_string(world)},
+                                                    {"LOOM_LOCAL_RANK", std::to_string(rank % 8)},
+                                                    {"LOOM_LAYOUT", layout}};
+    EXPECT_EQ(RunToTheFactory(args, env, &call, &err), 2);
+    EXPECT_THAT(err, HasSubstr("stopped before the first CUDA call")) << err;
+    ASSERT_TRUE(call.reached) << err;
+    EXPECT_EQ(call.device, rank % 8);  // plain "cuda": the local rank's GPU
+    EXPECT_EQ(call.shape.tp_size, l.tp);
+    EXPECT_EQ(call.shape.pp_size, l.pp);
+    EXPECT_EQ(call.shape.dp_size, l.dp);
+    EXPECT_EQ(call.shape.pp_rank, rank / (l.tp * l.dp));
+    EXPECT_EQ(call.shape.last_block() - call.shape.first_block(),
+              best.blocks_per_stage[call.shape.pp_rank]);
+  }
+}
+
+// ZeRO-1 is the one layout the GPU path still refuses, before any CUDA call, naming it.
+TEST(DeviceRunTest, ZeroOneIsRefusedOnTheGpuPathBeforeTheBackend) {
+  TempDir dir;
+  FactoryCall call;
+  std::string err;
+  const int code = RunToTheFactory(
+      "--preset tiny --data-builtin tiny-corpus --seq-len 16 --steps 1 --global-batch-tokens 64 "
+      "--rendezvous-dir " +
+          (dir / "rendezvous") + " --device cuda",
+      {{"LOOM_RANK", "0"},
+       {"LOOM_WORLD_SIZE", "2"},
+       {"LOOM_LAYOUT", "data=2,tensor=1,pipeline=1,micro_batch=1,num_micro_batches=2,zero1=1"}},
+      &call, &err);
+  EXPECT_EQ(code, 2);
+  EXPECT_FALSE(call.reached);
+  EXPECT_THAT(err, HasSubstr("ZeRO-1")) << err;
 }
 
 }  // namespace

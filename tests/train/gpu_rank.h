@@ -36,8 +36,8 @@ inline std::unique_ptr<GpuRank> MakeGpuRank(const JobConfig& config, const Batch
   options.bucket_bytes = bucket_bytes;
   rank->trainer = std::make_unique<Trainer>(
       config, shape, data,
-      TrainerComms{g.world.get(), g.dp.get(), g.tp.get(), g.pp.get(), g.emb.get()}, options,
-      std::move(backend));
+      TrainerComms{g.world.get(), g.dp.get(), g.tp.get(), g.pp.get(), g.emb.get(), g.pp_grad.get()},
+      options, std::move(backend));
   return rank;
 }
 

@@ -18,9 +18,8 @@
 namespace loom::train {
 namespace {
 
-// What the CUDA backend does not hold yet (the header's scope), for a LOOM_CHECK message.
-constexpr const char* kWholeModel =
-    "the CUDA backend holds the whole model on each rank (tensor = pipeline = 1, no ZeRO-1)";
+// What the CUDA backend does not run yet (the header's scope), for the messages.
+constexpr const char* kNoZero = "ZeRO-1 (zero1=1) is not supported on the GPU path yet";
 
 #ifdef LOOM_HAVE_NCCL
 // CudaGradSync (bf16 buckets on the communication stream) as the step loop's GradSync. Finish
@@ -51,12 +50,12 @@ class CudaGradSyncAdapter : public GradSync {
 
 CudaBackend::CudaBackend(const ModelDims& dims, const ModelShard& shard, uint64_t seed,
                          const CudaBackendOptions& options)
-    : model_(dims, options.device), shard_(shard), options_(options), timer_(model_.stream()) {
-  if (shard_.last_block < 0) shard_.last_block = dims.layers;
-  LOOM_CHECK(shard_.tp_size == 1 && shard_.first_block == 0 && shard_.last_block == dims.layers,
-             kWholeModel);
+    : options_(options),
+      model_(dims, options.device, shard, shard.tp_size > 1 ? options.tp : nullptr),
+      timer_(model_.stream()) {
   model_.InitWeights(seed);
-  for (NcclCommunicator* c : {options_.world, options_.dp}) {
+  for (NcclCommunicator* c :
+       {options_.world, options_.dp, options_.tp, options_.pp, options_.emb, options_.pp_grad}) {
     if (c != nullptr) {
       LOOM_CHECK(c->device() == options_.device, "a communicator on another device");
       c->SetComputeStream(model_.stream());
@@ -78,15 +77,18 @@ CudaBackend::~CudaBackend() {
   sync_.reset();
   LOOM_CUDA_CHECK(cudaStreamSynchronize(model_.stream()));
   model_.allocator()->Free(host_scalars_);
+  for (void* p : stage_bufs_) model_.allocator()->Free(p);
 }
 
 std::string CudaBackend::device_name() const { return "cuda:" + std::to_string(options_.device); }
 
-void CudaBackend::Reserve(int B, int T, int slots) { model_.Reserve(B, T, slots); }
+void CudaBackend::Reserve(int B, int T, int slots) {
+  model_.Reserve(B, T, slots);
+  stage_floats_ = (static_cast<size_t>(B) * T * model_.dims().channels + 1) / 2;
+}
 
 void CudaBackend::ForwardMicro(int slot, const int* tokens, const void* input, const int* targets) {
-  LOOM_CHECK(input == nullptr && targets != nullptr, kWholeModel);
-  model_.Forward(tokens, targets, slot);
+  model_.ForwardMicro(slot, tokens, static_cast<const GptCuda::bf16*>(input), targets);
 }
 
 float CudaBackend::TakeLoss(int slot) {
@@ -95,35 +97,40 @@ float CudaBackend::TakeLoss(int slot) {
   return static_cast<float>(model_.LossSum(slot) / n);
 }
 
-const void* CudaBackend::Output(int slot) const {
-  (void)slot;
-  LOOM_CHECK(false, kWholeModel);
-  return nullptr;
-}
+const void* CudaBackend::Output(int slot) const { return model_.Output(slot); }
 
 void CudaBackend::BackwardMicro(int slot, float loss_scale, const void* doutput,
                                 const GradReadyFn& ready) {
-  LOOM_CHECK(doutput == nullptr, kWholeModel);
   // The buckets sum the dp ranks' gradients: each rank's share of the mean is 1/dp of its own.
   const float scale = sync_ ? loss_scale / static_cast<float>(dp_size_) : loss_scale;
-  model_.Backward(scale, ready, slot);
+  model_.BackwardMicro(slot, scale, static_cast<const GptCuda::bf16*>(doutput), ready);
 }
 
-const void* CudaBackend::InputGrad() const {
-  LOOM_CHECK(false, kWholeModel);
-  return nullptr;
+const void* CudaBackend::InputGrad() const { return model_.InputGrad(); }
+
+size_t CudaBackend::stage_bytes_exact() const {
+  return static_cast<size_t>(model_.batch()) * model_.seq_len() * model_.dims().channels *
+         sizeof(GptCuda::bf16);
 }
 
 void* CudaBackend::NewStageBuffer() {
-  LOOM_CHECK(false, kWholeModel);
-  return nullptr;
+  LOOM_CHECK(stage_floats_ > 0, "NewStageBuffer before Reserve");
+  CachingAllocator* allocator = model_.allocator();
+  void* p = allocator->Allocate(stage_floats_ * sizeof(float), ToStreamId(model_.stream()));
+  // The pipeline communicator reads and writes it on its own stream.
+  for (NcclCommunicator* c : {options_.pp, options_.pp_grad}) {
+    if (c != nullptr) allocator->RecordStream(p, ToStreamId(c->stream()));
+  }
+  stage_bufs_.push_back(p);
+  return p;
 }
 
 void CudaBackend::CopyStage(void* dst, const void* src) {
-  (void)dst;
-  (void)src;
-  LOOM_CHECK(false, kWholeModel);
+  LOOM_CUDA_CHECK(
+      cudaMemcpyAsync(dst, src, stage_bytes_exact(), cudaMemcpyDeviceToDevice, model_.stream()));
 }
+
+size_t CudaBackend::tp_all_reduce_bytes() const { return stage_bytes_exact(); }
 
 void CudaBackend::AllReduceHost(Communicator* comm, float* data, size_t n) {
   if (comm == nullptr || comm->size() == 1) return;  // the sum over one rank
@@ -148,27 +155,31 @@ void CudaBackend::AllReduceHost(Communicator* comm, float* data, size_t n) {
 }
 
 size_t CudaBackend::SumEmbeddingGrad(Communicator* emb) {
-  (void)emb;
-  LOOM_CHECK(false, kWholeModel);
-  return 0;
+  auto* nccl = dynamic_cast<NcclCommunicator*>(emb);
+  LOOM_CHECK(nccl != nullptr, "the embedding group is not this device's NCCL group");
+  const PaddedLayout& layout = model_.layout();
+  LOOM_CHECK(model_.tensors()[0].name == "wte" && layout.numel[0] > 0,
+             "an embedding-group rank without wte");
+  // wte's gradient with its padding rows (zero on both stages), in bf16, summed in place. The
+  // host waits through the watchdog (CommError rather than a hang); the stream on the device.
+  nccl->AllReduceSum(model_.grads() + layout.offset[0], layout.numel[0], DeviceDType::kBFloat16)
+      ->Wait();
+  nccl->StreamWaitAll(model_.stream());
+  return layout.numel[0] * sizeof(GptCuda::bf16);
 }
 
 size_t CudaBackend::ZeroReduceScatter(float scale) {
   (void)scale;
-  LOOM_CHECK(false, kWholeModel);
+  LOOM_CHECK(false, kNoZero);
   return 0;
 }
 
 size_t CudaBackend::ZeroGatherParams() {
-  LOOM_CHECK(false, kWholeModel);
+  LOOM_CHECK(false, kNoZero);
   return 0;
 }
 
-double CudaBackend::OwnedGradSumSquares() {
-  // Every tensor is owned here (the whole model); the padding rows' gradients are zero.
-  const double norm = model_.GradNorm();
-  return norm * norm;
-}
+double CudaBackend::OwnedGradSumSquares() { return model_.OwnedSumSquares(); }
 
 void CudaBackend::ClipAndUpdate(double grad_norm, double max_norm, float lr) {
   // Clipping as ClipGradients (optim/adamw.h), folded into the AdamW update as a gradient scale.
@@ -185,7 +196,7 @@ Backend::HostState CudaBackend::StateToHost() {
 void CudaBackend::GatherMoments(std::vector<float>* m, std::vector<float>* v) {
   (void)m;
   (void)v;
-  LOOM_CHECK(false, kWholeModel);
+  LOOM_CHECK(false, kNoZero);
 }
 
 void CudaBackend::LoadState(const float* params, const float* m, const float* v,
@@ -248,8 +259,9 @@ std::unique_ptr<Backend> MakeCudaRankBackend(const JobConfig& config, const Batc
     throw BadInput("--device", "no CUDA device " + std::to_string(device) + " (this machine has " +
                                    std::to_string(count) + ")");
   }
-  if (shape.tp_size > 1 || shape.pp_size > 1 || (shape.zero1 && shape.dp_size > 1)) {
-    throw BadInput("--device", std::string(kWholeModel) + "; use --device cpu for this layout");
+  if (shape.zero1 && shape.dp_size > 1) {
+    throw BadInput("--device",
+                   std::string(kNoZero) + "; drop zero1 from the layout or use --device cpu");
   }
   const int world = shape.dp_size * shape.tp_size * shape.pp_size;
   if (world == 1) {
@@ -272,6 +284,19 @@ std::unique_ptr<Backend> MakeCudaRankBackend(const JobConfig& config, const Batc
         o.timeout = rendezvous.timeout;  // LOOM_COMM_TIMEOUT_S
         comm = ConnectNccl(o);
       }
+      if (spec.name.rfind("pp.", 0) == 0 && spec.size > 1) {
+        // NCCL matches messages by posting order on one stream per communicator: the gradients
+        // travel on a second one (ProcessGroups::pp_grad), so that a stage's activation sends
+        // and gradient receives never wait for each other's peers in a cycle.
+        NcclOptions g;
+        g.rank = spec.rank;
+        g.size = spec.size;
+        g.device = device;
+        g.store = store.get();
+        g.group = spec.name + ".grad";
+        g.timeout = rendezvous.timeout;
+        groups->pp_grad = ConnectNccl(g);
+      }
       const std::string& n = spec.name;
       std::unique_ptr<Communicator>* slot = n == "world"             ? &groups->world
                                             : n.rfind("tp.", 0) == 0 ? &groups->tp
@@ -293,9 +318,13 @@ std::unique_ptr<Backend> MakeCudaRankBackend(const JobConfig& config, const Batc
   o.device = device;
   o.world = dynamic_cast<NcclCommunicator*>(groups->world.get());
   o.dp = dynamic_cast<NcclCommunicator*>(groups->dp.get());
+  o.tp = dynamic_cast<NcclCommunicator*>(groups->tp.get());
+  o.pp = dynamic_cast<NcclCommunicator*>(groups->pp.get());
+  o.emb = dynamic_cast<NcclCommunicator*>(groups->emb.get());
+  o.pp_grad = dynamic_cast<NcclCommunicator*>(groups->pp_grad.get());
   o.bucket_bytes = bucket_bytes;
-  const ModelShard whole{1, 0, 0, config.model.layers};
-  return std::make_unique<CudaBackend>(config.model, whole, config.seed, o);
+  const ModelShard shard{shape.tp_size, shape.tp_rank, shape.first_block(), shape.last_block()};
+  return std::make_unique<CudaBackend>(config.model, shard, config.seed, o);
 }
 
 }  // namespace loom::train

@@ -4,9 +4,11 @@
 // device-event phase timing (device/cuda_phase_timer.h). The step loop is the CPU's
 // (trainer.h); what differs is here.
 //
-// Scope today: the rank holds the whole model (tensor = pipeline = 1) and the optimizer state is
-// not sharded (no ZeRO-1): the constructor refuses anything else (LOOM_CHECK; run.cc refuses
-// such a layout first with a clear message). Stage buffers are therefore never asked for.
+// Layouts: any data x tensor x pipeline layout (the model holds the rank's ModelShard: its
+// stage's blocks and its tensor-parallel slice, model/gpt_cuda.h). Stage buffers are bf16
+// (B, T, C) device buffers, moved by the pipeline communicator as raw bytes (stage_floats() fp32
+// words). The optimizer state is not sharded yet (no ZeRO-1): run.cc refuses that layout on the
+// GPU with a clear message, and the ZeRO calls here fail a LOOM_CHECK.
 //
 // Communicators: the groups handed in are NcclCommunicators on this backend's device; the
 // backend makes each one order its work after the model's stream (SetComputeStream).
@@ -45,20 +47,24 @@ struct CudaBackendOptions {
   // The rank's groups on `device` (not owned; outlive the backend); nullptr = a group of one.
   NcclCommunicator* world = nullptr;
   NcclCommunicator* dp = nullptr;
+  NcclCommunicator* tp = nullptr;       // the model's tensor-parallel all-reduces
+  NcclCommunicator* pp = nullptr;       // stage buffers (the trainer sends and receives them)
+  NcclCommunicator* emb = nullptr;      // the tied embedding's gradient (first and last stage)
+  NcclCommunicator* pp_grad = nullptr;  // the pipeline's gradient messages (ProcessGroups)
   size_t bucket_bytes = kDefaultBucketBytes;
 };
 
 class CudaBackend : public Backend {
  public:
-  // Builds the model on options.device with the CPU model's initialisation from `seed`.
-  // Requires the whole model (shard.tp_size == 1, every block) and no ZeRO-1 (see above).
-  // Throws OutOfMemoryError when the device cannot hold it.
+  // Builds the shard's model on options.device with the CPU model's initialisation from `seed`
+  // (every shard starts from its slice of the single-rank model). options.tp must be the tp
+  // group when shard.tp_size > 1. Throws OutOfMemoryError when the device cannot hold it.
   CudaBackend(const ModelDims& dims, const ModelShard& shard, uint64_t seed,
               const CudaBackendOptions& options);
   ~CudaBackend() override;
 
   const ModelDims& dims() const override { return model_.dims(); }
-  const ModelShard& shard() const override { return shard_; }
+  const ModelShard& shard() const override { return model_.shard(); }
   const std::vector<TensorInfo>& tensors() const override { return model_.tensors(); }
   size_t num_params() const override { return model_.num_params(); }
   std::string device_name() const override;
@@ -74,8 +80,8 @@ class CudaBackend : public Backend {
 
   void* NewStageBuffer() override;
   void CopyStage(void* dst, const void* src) override;
-  size_t stage_floats() const override { return 0; }
-  size_t tp_all_reduce_bytes() const override { return 0; }
+  size_t stage_floats() const override { return stage_floats_; }
+  size_t tp_all_reduce_bytes() const override;
 
   void AllReduceHost(Communicator* comm, float* data, size_t n) override;
   GradSync* grad_sync() override { return sync_.get(); }
@@ -84,7 +90,7 @@ class CudaBackend : public Backend {
   size_t ZeroGatherParams() override;
   size_t update_begin() const override { return 0; }
   size_t update_end() const override { return model_.num_params(); }
-  double GradNorm() override { return model_.GradNorm(); }
+  double GradNorm() override { return model_.GradNorm(); }  // one rank: every tensor owned
   double OwnedGradSumSquares() override;
   void ClipAndUpdate(double grad_norm, double max_norm, float lr) override;
   int64_t optimizer_step() const override { return optimizer_step_; }
@@ -110,15 +116,17 @@ class CudaBackend : public Backend {
   static constexpr size_t kHostScalars = 16;
 
  private:
-  GptCuda model_;
-  ModelShard shard_;
+  size_t stage_bytes_exact() const;  // B * T * C bf16: what a stage buffer carries
   CudaBackendOptions options_;
+  GptCuda model_;
   CudaPhaseTimer timer_;
   std::unique_ptr<GradSync> sync_;  // dp > 1
   int64_t optimizer_step_ = 0;      // AdamW's step count (bias correction)
   int dp_size_ = 1;
   float* host_scalars_ = nullptr;  // (kHostScalars) fp32 device staging for AllReduceHost
   GptCuda::HostState host_state_;  // StateToHost's copy
+  size_t stage_floats_ = 0;        // ceil(B * T * C / 2): a bf16 stage buffer in fp32 words
+  std::vector<void*> stage_bufs_;  // NewStageBuffer's, freed in the destructor
   std::chrono::steady_clock::time_point step_start_{};
   // StepResult::device_allocations: the allocator's growth since the previous step; a growth
   // after the first kAllocFreeAfterSteps steps breaks the allocation-free steady state and is
@@ -130,9 +138,9 @@ class CudaBackend : public Backend {
 };
 
 // The CudaBackendFactory of the CUDA build (run.h, RunOptions::cuda_backend): checks that
-// `device` exists and that the layout is one this backend holds (InputError otherwise, before
-// connecting), connects the rank's NCCL groups of more than one rank (a build without NCCL
-// refuses them: InputError), and builds the backend for the whole model.
+// `device` exists and that the layout is one this backend runs (no ZeRO-1 yet; InputError
+// otherwise, before connecting), connects the rank's NCCL groups of more than one rank (a build
+// without NCCL refuses them: InputError), and builds the backend for the rank's shard.
 std::unique_ptr<Backend> MakeCudaRankBackend(const JobConfig& config, const BatchShape& shape,
                                              int device, const RendezvousConfig& rendezvous,
                                              size_t bucket_bytes, ProcessGroups* groups);

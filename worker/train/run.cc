@@ -126,7 +126,8 @@ ProcessGroups ConnectRanks(const Flags& flags, const RankEnv& env, const BatchSh
 }
 
 TrainerComms CommsOf(const ProcessGroups& g) {
-  return TrainerComms{g.world.get(), g.dp.get(), g.tp.get(), g.pp.get(), g.emb.get()};
+  return TrainerComms{g.world.get(), g.dp.get(),  g.tp.get(),
+                      g.pp.get(),    g.emb.get(), g.pp_grad.get()};
 }
 
 // "dp=2 tp=2 pp=2 (blocks 2/2), 1f1b, zero1 on".
@@ -181,11 +182,11 @@ struct DevicePlan {
 };
 
 // The device index of "cuda:N" (flags and LOOM_DEVICE were validated). Plain "cuda" is device
-// 0 for one rank and LOOM_LOCAL_RANK under data parallelism, so that the ranks of one node
-// started by hand with the same flags take different GPUs (NCCL refuses two ranks on one GPU).
-int CudaIndexOf(const std::string& device, const RankEnv& env, const BatchShape& shape) {
+// 0 for one rank and LOOM_LOCAL_RANK in a world of more, so that the ranks of one node started
+// by hand with the same flags take different GPUs (NCCL refuses two ranks on one GPU).
+int CudaIndexOf(const std::string& device, const RankEnv& env) {
   if (device.size() > 5) return std::atoi(device.c_str() + 5);
-  return shape.dp_size > 1 ? env.local_rank : 0;
+  return env.world_size > 1 ? env.local_rank : 0;
 }
 
 // What the GPU path cannot do yet for this run, or "" when it can run it.
@@ -194,14 +195,8 @@ std::string CudaUnsupported(const Flags& flags, const BatchShape& shape,
   const std::string layout = "(this layout: data " + std::to_string(shape.dp_size) + ", tensor " +
                              std::to_string(shape.tp_size) + ", pipeline " +
                              std::to_string(shape.pp_size) + ")";
-  if (shape.tp_size > 1 || shape.pp_size > 1) {
-    return "training on the GPU holds the whole model on each rank; tensor and pipeline "
-           "parallelism on the GPU are not supported yet " +
-           layout;
-  }
-  if (shape.dp_size > 1 && !options.cuda_data_parallel) {
-    return "data parallelism on the GPU needs NCCL, and this loom-train was built without it " +
-           layout;
+  if (shape.dp_size * shape.tp_size * shape.pp_size > 1 && !options.cuda_data_parallel) {
+    return "more than one GPU rank needs NCCL, and this loom-train was built without it " + layout;
   }
   if (shape.dp_size > 1 && shape.zero1) {
     return "ZeRO-1 (zero1=1) is not supported on the GPU path yet; drop it from LOOM_LAYOUT";
@@ -226,18 +221,18 @@ DevicePlan PlanDevice(const Flags& flags, const RankEnv& env, const BatchShape& 
     const std::string problem = CudaUnsupported(flags, shape, options);
     if (!problem.empty()) throw BadInput("--device", problem);
     plan.cuda = true;
-    plan.index = CudaIndexOf(flags.device, env, shape);
+    plan.index = CudaIndexOf(flags.device, env);
     return plan;
   }
   if (env.device.rfind("cuda:", 0) == 0 && options.cuda_backend) {
     std::string problem = CudaUnsupported(flags, shape, options);
     const int count = options.cuda_device_count ? options.cuda_device_count() : 0;
-    if (problem.empty() && CudaIndexOf(env.device, env, shape) >= count) {
+    if (problem.empty() && CudaIndexOf(env.device, env) >= count) {
       problem = "this machine has " + std::to_string(count) + " CUDA device(s)";
     }
     if (problem.empty()) {
       plan.cuda = true;
-      plan.index = CudaIndexOf(env.device, env, shape);
+      plan.index = CudaIndexOf(env.device, env);
     } else {
       std::fprintf(stderr, "loom-train: note: training in fp32 on the CPU (LOOM_DEVICE=%s): %s\n",
                    env.device.c_str(), problem.c_str());
@@ -448,6 +443,7 @@ int Run(const std::vector<std::string>& args, const std::function<const char*(co
       (void)groups.dp.release();
       (void)groups.pp.release();
       (void)groups.emb.release();
+      (void)groups.pp_grad.release();
     }
     throw;
   }

@@ -36,8 +36,9 @@ struct RunOptions {
   // The number of CUDA devices (with cuda_backend): LOOM_DEVICE=cuda:N names a device that
   // does not exist here -> the CPU, with a note, as in a build without CUDA.
   std::function<int()> cuda_device_count;
-  // True where cuda_backend can run data parallelism (dp > 1, tp = pp = 1) over NCCL: a build
-  // with NCCL (LOOM_HAVE_NCCL). Otherwise --device cuda refuses dp > 1 (exit 2).
+  // True where cuda_backend can run more than one rank (any layout but ZeRO-1) over NCCL: a
+  // build with NCCL (LOOM_HAVE_NCCL). Otherwise --device cuda refuses a world of more than one
+  // (exit 2).
   bool cuda_data_parallel = false;
   // Whether this rank was asked to stop with its work kept (loom-train: SIGUSR2,
   // diag/stop_request.h). The gang agrees on a step, saves a checkpoint there when it has a

@@ -82,6 +82,9 @@ Trainer::Trainer(const JobConfig& config, const BatchShape& shape, const Dataset
   CheckGroup(comms_.dp, shape_.dp_size, shape_.dp_rank, "data-parallel");
   CheckGroup(comms_.tp, shape_.tp_size, shape_.tp_rank, "tensor-parallel");
   CheckGroup(comms_.pp, shape_.pp_size, shape_.pp_rank, "pipeline");
+  if (comms_.pp_grad != nullptr) {
+    CheckGroup(comms_.pp_grad, shape_.pp_size, shape_.pp_rank, "pipeline gradient");
+  }
   if (shape_.pp_size > 1 && (first_stage() || last_stage())) {
     CheckGroup(comms_.emb, 2, first_stage() ? 0 : 1, "embedding");
   }
@@ -189,7 +192,7 @@ double Trainer::RunSchedule(CommBytes* bytes) {
       if (!last) {
         backend_->Enter(Phase::kBubble);
         t = TraceStart();
-        comms_.pp
+        grad_comm()
             ->Recv(static_cast<float*>(grad_in_[slot]), words, shape_.pp_rank + 1,
                    Tag(m, kGradient))
             ->Wait();
@@ -221,8 +224,8 @@ double Trainer::RunSchedule(CommBytes* bytes) {
           backend_->Enter(Phase::kBackward);
         }
         backend_->CopyStage(grad_out_[slot], backend_->InputGrad());
-        grad_sends_[slot] = comms_.pp->Send(static_cast<const float*>(grad_out_[slot]), words,
-                                            shape_.pp_rank - 1, Tag(m, kGradient));
+        grad_sends_[slot] = grad_comm()->Send(static_cast<const float*>(grad_out_[slot]), words,
+                                              shape_.pp_rank - 1, Tag(m, kGradient));
         bytes->pp_send_recv += wire;
       }
     }

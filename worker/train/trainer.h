@@ -112,6 +112,9 @@ struct TrainerComms {
   Communicator* tp = nullptr;
   Communicator* pp = nullptr;
   Communicator* emb = nullptr;  // stage 0 and PP-1 of this (dp, tp), when PP > 1
+  // The pipeline's gradient messages, when they need a communicator of their own
+  // (ProcessGroups::pp_grad); nullptr: pp carries them.
+  Communicator* pp_grad = nullptr;
 };
 
 struct TrainerOptions {
@@ -202,6 +205,8 @@ class Trainer {
   // What the trainer itself holds: the dataset's copy and the token buffers.
   size_t TrainerBytes() const;
   CpuBackend* cpu();  // the backend as the CPU's, or nullptr
+  // Where the pipeline's gradient messages go (TrainerComms::pp_grad, else pp).
+  Communicator* grad_comm() const { return comms_.pp_grad ? comms_.pp_grad : comms_.pp; }
 
   JobConfig config_;
   BatchShape shape_;

@@ -32,13 +32,6 @@
 
 namespace loom::train {
 
-// Never called: the driver hands the backends its own communicators. Defined because the CUDA
-// backend's factory, built with LOOM_HAVE_NCCL, names it.
-std::unique_ptr<NcclCommunicator> ConnectNccl(const NcclOptions&) {
-  std::fprintf(stderr, "emu_dp_check: ConnectNccl is not available in the emulation\n");
-  std::abort();
-}
-
 namespace {
 
 float FromBf16(uint16_t b) {

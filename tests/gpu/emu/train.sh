@@ -97,6 +97,7 @@ fi
 
 # The data-parallel check (emu_dp_main.cc): the trainer's sources again with LOOM_HAVE_NCCL, the
 # gradient buckets, and the driver's stand-in for NCCL instead of emu_train_main.cc.
+# The layout matrix (emu_layout_main.cc) links the same objects with its own driver.
 DP_OBJECTS=()
 for obj in "${OBJECTS[@]}"; do
   case $obj in
@@ -106,7 +107,7 @@ for obj in "${OBJECTS[@]}"; do
 done
 DP_FLAGS=("${EMU_FLAGS[@]}" -DLOOM_HAVE_NCCL)
 for src in "$ROOT/worker/train/cuda_backend.cc" "$ROOT/worker/train/cuda_grad_sync.cc" \
-           "$EMU/emu_dp_main.cc"; do
+           "$EMU/thread_nccl.cc" "$EMU/emu_dp_main.cc" "$EMU/emu_layout_main.cc"; do
   obj=$OUT/obj/dp_$(realpath --relative-to="$ROOT" "$src" | tr / _).o
   DP_OBJECTS+=("$obj")
   if stale "$obj"; then
@@ -117,13 +118,20 @@ for src in "$ROOT/worker/train/cuda_backend.cc" "$ROOT/worker/train/cuda_grad_sy
 done
 for job in $(jobs -p); do wait "$job" || FAILED=1; done
 ((FAILED == 0)) || { echo "train.sh: compilation failed" >&2; exit 1; }
+# link BINARY DRIVER_TO_LEAVE_OUT: the data-parallel objects without the other driver.
+link() {
+  local bin=$1 skip=$2 objs=() obj relink=0
+  for obj in "${DP_OBJECTS[@]}"; do [[ $obj == *"$skip" ]] || objs+=("$obj"); done
+  [[ -f $bin ]] || relink=1
+  for obj in "${objs[@]}"; do [[ $obj -nt $bin ]] && relink=1; done
+  if ((relink)); then
+    g++ -pthread -fopenmp -fsanitize=alignment "${objs[@]}" -lopenblas -ldl -o "$bin"
+  fi
+}
 DP_BIN=$OUT/emu_dp_check
-relink=0
-[[ -f $DP_BIN ]] || relink=1
-for obj in "${DP_OBJECTS[@]}"; do [[ $obj -nt $DP_BIN ]] && relink=1; done
-if ((relink)); then
-  g++ -pthread -fopenmp -fsanitize=alignment "${DP_OBJECTS[@]}" -lopenblas -ldl -o "$DP_BIN"
-fi
+LAYOUT_BIN=$OUT/emu_layout_check
+link "$DP_BIN" _emu_layout_main.cc.o
+link "$LAYOUT_BIN" _emu_dp_main.cc.o
 exec 9>&-
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
 status=0
@@ -131,4 +139,12 @@ status=0
 echo
 # dp = 2 for as many steps as the first argument asks (default 3), at the padded vocabulary too.
 "$DP_BIN" "${1:-3}" 257 || status=1
+echo
+# The layout matrix (tensor, pipeline, both schedules, dp x tp x pp, a checkpoint across layouts
+# and onto the CPU): EMU_LAYOUT=quick runs two layouts (scripts/test.sh), off none.
+case ${EMU_LAYOUT:-full} in
+  off) ;;
+  quick) "$LAYOUT_BIN" "${1:-3}" quick || status=1 ;;
+  *) "$LAYOUT_BIN" "${1:-3}" || status=1 ;;
+esac
 exit $status

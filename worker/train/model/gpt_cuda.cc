@@ -33,19 +33,35 @@ constexpr const char* kTensorNames[kNumParamTensors] = {
 
 }  // namespace
 
-GptCuda::GptCuda(const ModelDims& dims, int device) : dims_(dims), device_(device) {
+GptCuda::GptCuda(const ModelDims& dims, int device, const ModelShard& shard, NcclCommunicator* tp)
+    : dims_(dims), device_(device), shard_(shard) {
   LOOM_CHECK(DimsProblem(dims).empty(), "invalid model dimensions: " + DimsProblem(dims));
+  const std::string problem = ShardProblem(dims, shard);
+  LOOM_CHECK(problem.empty(), "invalid model shard: " + problem);
+  if (shard_.last_block == -1) shard_.last_block = dims.layers;
   LOOM_CUDA_CHECK(cudaSetDevice(device));
   LOOM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  if (shard_.tp_size > 1) {
+    LOOM_CHECK(tp != nullptr && tp->size() == shard_.tp_size && tp->rank() == shard_.tp_rank &&
+                   tp->device() == device,
+               "tensor parallelism needs the tp group's NCCL communicator on this device (size "
+               "tp_size, rank tp_rank)");
+    tp_ = tp;
+    tp_->SetComputeStream(stream_);
+  }
   gemm_ = std::make_unique<kc::GemmContext>();
   memory_ = std::make_unique<CudaMemory>();
   allocator_ = std::make_unique<CachingAllocator>(memory_.get());
 
-  table_ = ParamTable(dims);
+  table_ = ShardTable(dims, shard_);
   LOOM_CHECK(static_cast<int>(table_.size()) == kNumParamTensors, "unexpected parameter table");
   for (int i = 0; i < kNumParamTensors; ++i) {
     LOOM_CHECK(table_[i].name == kTensorNames[i], "unexpected parameter table order");
   }
+  blocks_ = shard_.last_block - shard_.first_block;
+  heads_local_ = dims.heads / shard_.tp_size;
+  qkv_local_ = dims.channels / shard_.tp_size;
+  mlp_local_ = 4 * dims.channels / shard_.tp_size;
   num_params_ = ParamCount(table_);
   layout_ = MakePaddedLayout(table_, kVocabMultiple);
   const size_t n = layout_.total;
@@ -55,7 +71,7 @@ GptCuda::GptCuda(const ModelDims& dims, int device) : dims_(dims), device_(devic
   m_ = static_cast<float*>(Alloc(n * sizeof(float)));
   v_ = static_cast<float*>(Alloc(n * sizeof(float)));
   norm_partials_ = static_cast<float*>(Alloc(launch::kGradNormBlocks * sizeof(float)));
-  norm_out_ = static_cast<float*>(Alloc(sizeof(float)));
+  norm_out_ = static_cast<float*>(Alloc(kNumParamTensors * sizeof(float)));
   param_blocks_ = {params_, grads_, master_, m_, v_, norm_partials_, norm_out_};
 }
 
@@ -80,6 +96,7 @@ void GptCuda::FreeActivations() {
   s_ = Grads{};
   B_ = T_ = 0;
   dlosses_value_ = -1.0f;
+  have_input_grad_ = false;
 }
 
 GptCuda::Tensors GptCuda::View(bf16* base) const {
@@ -114,8 +131,10 @@ void GptCuda::Reserve(int B, int T, int slots) {
   LOOM_CHECK(slots >= 1, "a stage needs at least one activation slot");
   if (B == B_ && T == T_ && slots == static_cast<int>(slot_acts_.size())) return;
   FreeActivations();
-  const size_t L = dims_.layers, C = dims_.channels, NH = dims_.heads, Vp = layout_.padded_vocab;
+  const size_t L = blocks_, C = dims_.channels, NHl = heads_local_, Vp = layout_.padded_vocab;
+  const size_t Cl = qkv_local_, Fl = mlp_local_;
   const size_t N = static_cast<size_t>(B) * T;
+  const bool first = first_stage(), last = last_stage();
   auto bf = [this](size_t n) {
     void* p = Alloc(n * sizeof(bf16));
     act_blocks_.push_back(p);
@@ -131,131 +150,58 @@ void GptCuda::Reserve(int B, int T, int slots) {
     act_blocks_.push_back(p);
     return static_cast<int*>(p);
   };
-  // Slot 0 first, in the order of one slot's layout (the planner's memory model replays it).
+  // Slot 0 first, in the order of one slot's layout (the planner's memory model replays the
+  // whole model's order: server/planner/cuda_backend_memory.cc).
   for (int slot = 0; slot < slots; ++slot) {
-    Acts x;
+    Acts x{};
     x.encoded = bf(N * C);
     x.ln1 = bf(L * N * C);
     x.ln1_mean = f32(L * N);
     x.ln1_rstd = f32(L * N);
-    x.qkv = bf(L * N * 3 * C);
-    x.atty = bf(L * N * C);
-    x.att = bf(L * B * NH * T * T);
+    x.qkv = bf(L * N * 3 * Cl);
+    x.atty = bf(L * N * Cl);
+    x.att = bf(L * B * NHl * T * T);
     x.residual2 = bf(L * N * C);
     x.ln2 = bf(L * N * C);
     x.ln2_mean = f32(L * N);
     x.ln2_rstd = f32(L * N);
-    x.fch = bf(L * N * 4 * C);
-    x.fch_gelu = bf(L * N * 4 * C);
+    x.fch = bf(L * N * Fl);
+    x.fch_gelu = bf(L * N * Fl);
     x.residual3 = bf(L * N * C);
     // One forward-only buffer for every slot.
     x.proj = slot == 0 ? bf(N * C) : slot_acts_[0].proj;
-    x.lnf = bf(N * C);
-    x.lnf_mean = f32(N);
-    x.lnf_rstd = f32(N);
-    x.logits = bf(N * Vp);
-    x.lse = f32(N);
-    x.losses = f32(N);
-    x.tokens = i32(N);
-    x.targets = i32(N);
+    if (last) {
+      x.lnf = bf(N * C);
+      x.lnf_mean = f32(N);
+      x.lnf_rstd = f32(N);
+      x.logits = bf(N * Vp);
+      x.lse = f32(N);
+      x.losses = f32(N);
+    }
+    if (first) x.tokens = i32(N);
+    if (last) x.targets = i32(N);
     slot_acts_.push_back(x);
   }
   a_ = slot_acts_[0];
 
-  s_.dlosses = f32(N);
-  s_.dlogits = bf(N * Vp);
+  if (last) {
+    s_.dlosses = f32(N);
+    s_.dlogits = bf(N * Vp);
+  }
   s_.dresidual = bf(N * C);
   s_.dln = bf(N * C);
-  s_.datty = bf(N * C);
-  s_.dqkv = bf(N * 3 * C);
-  s_.dfch_gelu = bf(N * 4 * C);
-  s_.dfch = bf(N * 4 * C);
+  s_.datty = bf(N * Cl);
+  s_.dqkv = bf(N * 3 * Cl);
+  s_.dfch_gelu = bf(N * Fl);
+  s_.dfch = bf(N * Fl);
   s_.ln_scratch = f32(static_cast<size_t>(
       launch::LayerNormBackwardScratchFloats(static_cast<long>(N), static_cast<long>(C))));
-  s_.att_scratch = Alloc(launch::AttentionScratchBytes(T, static_cast<long>(NH)));
+  s_.att_scratch = Alloc(launch::AttentionScratchBytes(T, static_cast<long>(NHl)));
   act_blocks_.push_back(s_.att_scratch);
 
   host_losses_.assign(N, 0.0f);
   B_ = B;
   T_ = T;
-}
-
-GptCuda::bf16* GptCuda::BlockInput(int l) const {
-  const size_t NC = static_cast<size_t>(B_) * T_ * dims_.channels;
-  return l == 0 ? a_.encoded : a_.residual3 + static_cast<size_t>(l - 1) * NC;
-}
-
-void GptCuda::Forward(const int* tokens, const int* targets, int slot) {
-  LOOM_CHECK(B_ > 0, "call Reserve before Forward");
-  UseSlot(slot);
-  LOOM_CHECK(tokens != nullptr && targets != nullptr, "Forward needs tokens and targets");
-  const int B = B_, T = T_, C = dims_.channels, V = dims_.vocab, L = dims_.layers;
-  const int N = B * T;
-  // The kernels do not check ids on the device; the CPU model checks them here too.
-  for (int i = 0; i < N; ++i) {
-    LOOM_CHECK(tokens[i] >= 0 && tokens[i] < V, "input token id out of [0, V)");
-    LOOM_CHECK(targets[i] >= 0 && targets[i] < V, "target id out of [0, V)");
-  }
-  // Pageable copies: each returns once the host buffer has been read.
-  LOOM_CUDA_CHECK(cudaMemcpyAsync(a_.tokens, tokens, static_cast<size_t>(N) * sizeof(int),
-                                  cudaMemcpyHostToDevice, stream_));
-  LOOM_CUDA_CHECK(cudaMemcpyAsync(a_.targets, targets, static_cast<size_t>(N) * sizeof(int),
-                                  cudaMemcpyHostToDevice, stream_));
-  const Tensors w = View(params_);
-  kc::encoder_forward(a_.encoded, a_.tokens, w.wte, w.wpe, B, T, C, stream_);  // (B, T, C)
-  for (int l = 0; l < L; ++l) BlockForward(l, w);
-  const bf16* out = BlockInput(L);  // residual3 of the last block (B, T, C)
-  kc::layernorm_forward(a_.lnf, a_.lnf_mean, a_.lnf_rstd, out, w.lnfw, w.lnfb, N, C, stream_);
-  // (N, Vp), tied embedding: wte's padding rows are 0, and the padded columns are never read.
-  kc::matmul_forward(*gemm_, a_.logits, a_.lnf, w.wte, nullptr, N, C, layout_.padded_vocab, stream_);
-  kc::softmax_crossentropy_forward(a_.losses, a_.lse, a_.logits, a_.targets, N, V, layout_.padded_vocab, stream_);
-}
-
-void GptCuda::BlockForward(int l, const Tensors& w) {
-  const int B = B_, T = T_, C = dims_.channels, NH = dims_.heads;
-  const int N = B * T;
-  const size_t sl = static_cast<size_t>(l), sC = C, sN = N;
-  const size_t NC = sN * sC;
-  // Block l's weights (stacked along L).
-  const bf16* ln1w = w.ln1w + sl * sC;
-  const bf16* ln1b = w.ln1b + sl * sC;
-  const bf16* qkvw = w.qkvw + sl * 3 * sC * sC;
-  const bf16* qkvb = w.qkvb + sl * 3 * sC;
-  const bf16* attprojw = w.attprojw + sl * sC * sC;
-  const bf16* attprojb = w.attprojb + sl * sC;
-  const bf16* ln2w = w.ln2w + sl * sC;
-  const bf16* ln2b = w.ln2b + sl * sC;
-  const bf16* fcw = w.fcw + sl * 4 * sC * sC;
-  const bf16* fcb = w.fcb + sl * 4 * sC;
-  const bf16* fcprojw = w.fcprojw + sl * sC * 4 * sC;
-  const bf16* fcprojb = w.fcprojb + sl * sC;
-  // Block l's activations.
-  bf16* ln1 = a_.ln1 + sl * NC;                                   // (B, T, C)
-  float* ln1_mean = a_.ln1_mean + sl * sN;                        // (B, T)
-  float* ln1_rstd = a_.ln1_rstd + sl * sN;                        // (B, T)
-  bf16* qkv = a_.qkv + sl * NC * 3;                               // (B, T, 3C)
-  bf16* atty = a_.atty + sl * NC;                                 // (B, T, C)
-  bf16* att = a_.att + sl * static_cast<size_t>(B) * NH * T * T;  // (B, NH, T, T)
-  bf16* residual2 = a_.residual2 + sl * NC;                       // (B, T, C)
-  bf16* ln2 = a_.ln2 + sl * NC;                                   // (B, T, C)
-  float* ln2_mean = a_.ln2_mean + sl * sN;                        // (B, T)
-  float* ln2_rstd = a_.ln2_rstd + sl * sN;                        // (B, T)
-  bf16* fch = a_.fch + sl * NC * 4;                               // (B, T, 4C)
-  bf16* fch_gelu = a_.fch_gelu + sl * NC * 4;                     // (B, T, 4C)
-  bf16* residual3 = a_.residual3 + sl * NC;                       // (B, T, C)
-  const bf16* residual = BlockInput(l);                           // (B, T, C)
-
-  kc::layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, ln1w, ln1b, N, C, stream_);
-  kc::matmul_forward(*gemm_, qkv, ln1, qkvw, qkvb, N, C, 3 * C, stream_);  // (N, 3C)
-  kc::attention_forward(*gemm_, atty, att, s_.att_scratch, qkv, B, T, C, NH, stream_);
-  kc::matmul_forward(*gemm_, a_.proj, atty, attprojw, attprojb, N, C, C, stream_);  // (N, C)
-  // residual2 = residual + attproj, then ln2 = layernorm(residual2), in one pass.
-  kc::residual_layernorm_forward(residual2, ln2, ln2_mean, ln2_rstd, residual, a_.proj, ln2w, ln2b,
-                                 N, C, stream_);
-  // fch = ln2 @ fcw^T + fcb (kept for the GELU backward), fch_gelu = gelu(fch): (N, 4C).
-  kc::matmul_gelu_forward(*gemm_, fch_gelu, fch, ln2, fcw, fcb, N, C, 4 * C, stream_);
-  kc::matmul_forward(*gemm_, a_.proj, fch_gelu, fcprojw, fcprojb, N, 4 * C, C, stream_);
-  kc::residual_forward(residual3, residual2, a_.proj, static_cast<long>(NC), stream_);
 }
 
 void GptCuda::UseSlot(int slot) {
@@ -264,8 +210,126 @@ void GptCuda::UseSlot(int slot) {
   a_ = slot_acts_[slot];
 }
 
+GptCuda::bf16* GptCuda::BlockInput(int l) const {
+  const size_t NC = static_cast<size_t>(B_) * T_ * dims_.channels;
+  return l == 0 ? a_.encoded : a_.residual3 + static_cast<size_t>(l - 1) * NC;
+}
+
+const GptCuda::bf16* GptCuda::Output(int slot) const {
+  LOOM_CHECK(slot >= 0 && slot < static_cast<int>(slot_acts_.size()),
+             "activation slot out of [0, slots)");
+  const size_t NC = static_cast<size_t>(B_) * T_ * dims_.channels;
+  return slot_acts_[slot].residual3 + static_cast<size_t>(blocks_ - 1) * NC;
+}
+
+void GptCuda::TpAllReduce(bf16* buf, size_t n) {
+  if (tp_ == nullptr) return;
+  // Issued behind the stream's work so far; the stream waits for the sum on the device. A
+  // failed or hung collective aborts the communicator, and the step's next host wait on a
+  // collective throws CommError.
+  tp_->AllReduceSum(buf, n, DeviceDType::kBFloat16);
+  tp_->StreamWaitAll(stream_);
+}
+
+void GptCuda::Forward(const int* tokens, const int* targets, int slot) {
+  LOOM_CHECK(first_stage() && last_stage(), "Forward needs the whole model (one stage)");
+  LOOM_CHECK(targets != nullptr, "Forward needs targets");
+  ForwardMicro(slot, tokens, nullptr, targets);
+}
+
+void GptCuda::ForwardMicro(int slot, const int* tokens, const bf16* input, const int* targets) {
+  LOOM_CHECK(B_ > 0, "call Reserve before ForwardMicro");
+  UseSlot(slot);
+  const int B = B_, T = T_, C = dims_.channels, V = dims_.vocab;
+  const int N = B * T;
+  const size_t NC = static_cast<size_t>(N) * C;
+  const bool first = first_stage(), last = last_stage();
+  LOOM_CHECK(first ? tokens != nullptr : input != nullptr,
+             first ? "the first stage needs tokens" : "a later stage needs its input");
+  LOOM_CHECK(!last || targets != nullptr, "the last stage needs targets on the GPU");
+  // The kernels do not check ids on the device; the CPU model checks them here too.
+  for (int i = 0; i < N; ++i) {
+    if (first) LOOM_CHECK(tokens[i] >= 0 && tokens[i] < V, "input token id out of [0, V)");
+    if (last) LOOM_CHECK(targets[i] >= 0 && targets[i] < V, "target id out of [0, V)");
+  }
+  const Tensors w = View(params_);
+  if (first) {
+    // Pageable copies: each returns once the host buffer has been read.
+    LOOM_CUDA_CHECK(cudaMemcpyAsync(a_.tokens, tokens, static_cast<size_t>(N) * sizeof(int),
+                                    cudaMemcpyHostToDevice, stream_));
+    kc::encoder_forward(a_.encoded, a_.tokens, w.wte, w.wpe, B, T, C, stream_);  // (B, T, C)
+  } else {
+    LOOM_CUDA_CHECK(
+        cudaMemcpyAsync(a_.encoded, input, NC * sizeof(bf16), cudaMemcpyDeviceToDevice, stream_));
+  }
+  for (int l = 0; l < blocks_; ++l) BlockForward(l, w);
+  if (!last) return;
+  LOOM_CUDA_CHECK(cudaMemcpyAsync(a_.targets, targets, static_cast<size_t>(N) * sizeof(int),
+                                  cudaMemcpyHostToDevice, stream_));
+  const bf16* out = BlockInput(blocks_);  // residual3 of the last block (B, T, C)
+  kc::layernorm_forward(a_.lnf, a_.lnf_mean, a_.lnf_rstd, out, w.lnfw, w.lnfb, N, C, stream_);
+  // (N, Vp), tied embedding: wte's padding rows are 0, and the padded columns are never read.
+  const int Vp = layout_.padded_vocab;
+  kc::matmul_forward(*gemm_, a_.logits, a_.lnf, w.wte, nullptr, N, C, Vp, stream_);
+  kc::softmax_crossentropy_forward(a_.losses, a_.lse, a_.logits, a_.targets, N, V, Vp, stream_);
+}
+
+void GptCuda::BlockForward(int l, const Tensors& w) {
+  const int B = B_, T = T_, C = dims_.channels, Cl = qkv_local_, Fl = mlp_local_;
+  const int NHl = heads_local_;
+  const int N = B * T;
+  const size_t sl = static_cast<size_t>(l), sC = C, sN = N, sCl = Cl, sFl = Fl;
+  const size_t NC = sN * sC;
+  // Block l's weights (stacked along the stage's blocks; this rank's tp slices).
+  const bf16* ln1w = w.ln1w + sl * sC;
+  const bf16* ln1b = w.ln1b + sl * sC;
+  const bf16* qkvw = w.qkvw + sl * 3 * sCl * sC;
+  const bf16* qkvb = w.qkvb + sl * 3 * sCl;
+  const bf16* attprojw = w.attprojw + sl * sC * sCl;
+  const bf16* attprojb = w.attprojb + sl * sC;
+  const bf16* ln2w = w.ln2w + sl * sC;
+  const bf16* ln2b = w.ln2b + sl * sC;
+  const bf16* fcw = w.fcw + sl * sFl * sC;
+  const bf16* fcb = w.fcb + sl * sFl;
+  const bf16* fcprojw = w.fcprojw + sl * sC * sFl;
+  const bf16* fcprojb = w.fcprojb + sl * sC;
+  // Block l's activations.
+  bf16* ln1 = a_.ln1 + sl * NC;                                    // (B, T, C)
+  float* ln1_mean = a_.ln1_mean + sl * sN;                         // (B, T)
+  float* ln1_rstd = a_.ln1_rstd + sl * sN;                         // (B, T)
+  bf16* qkv = a_.qkv + sl * sN * 3 * sCl;                          // (B, T, 3Cl)
+  bf16* atty = a_.atty + sl * sN * sCl;                            // (B, T, Cl)
+  bf16* att = a_.att + sl * static_cast<size_t>(B) * NHl * T * T;  // (B, NH/tp, T, T)
+  bf16* residual2 = a_.residual2 + sl * NC;                        // (B, T, C)
+  bf16* ln2 = a_.ln2 + sl * NC;                                    // (B, T, C)
+  float* ln2_mean = a_.ln2_mean + sl * sN;                         // (B, T)
+  float* ln2_rstd = a_.ln2_rstd + sl * sN;                         // (B, T)
+  bf16* fch = a_.fch + sl * sN * sFl;                              // (B, T, Fl)
+  bf16* fch_gelu = a_.fch_gelu + sl * sN * sFl;                    // (B, T, Fl)
+  bf16* residual3 = a_.residual3 + sl * NC;                        // (B, T, C)
+  const bf16* residual = BlockInput(l);                            // (B, T, C)
+  // Row-parallel layers: a partial sum per tp rank; tp rank 0 adds the bias, the sum has it once.
+  const bool bias_here = tp_ == nullptr || shard_.tp_rank == 0;
+
+  kc::layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, ln1w, ln1b, N, C, stream_);
+  kc::matmul_forward(*gemm_, qkv, ln1, qkvw, qkvb, N, C, 3 * Cl, stream_);  // (N, 3Cl)
+  kc::attention_forward(*gemm_, atty, att, s_.att_scratch, qkv, B, T, Cl, NHl, stream_);
+  kc::matmul_forward(*gemm_, a_.proj, atty, attprojw, bias_here ? attprojb : nullptr, N, Cl, C,
+                     stream_);  // (N, C)
+  TpAllReduce(a_.proj, NC);
+  // residual2 = residual + attproj, then ln2 = layernorm(residual2), in one pass.
+  kc::residual_layernorm_forward(residual2, ln2, ln2_mean, ln2_rstd, residual, a_.proj, ln2w, ln2b,
+                                 N, C, stream_);
+  // fch = ln2 @ fcw^T + fcb (kept for the GELU backward), fch_gelu = gelu(fch): (N, Fl).
+  kc::matmul_gelu_forward(*gemm_, fch_gelu, fch, ln2, fcw, fcb, N, C, Fl, stream_);
+  kc::matmul_forward(*gemm_, a_.proj, fch_gelu, fcprojw, bias_here ? fcprojb : nullptr, N, Fl, C,
+                     stream_);
+  TpAllReduce(a_.proj, NC);
+  kc::residual_forward(residual3, residual2, a_.proj, static_cast<long>(NC), stream_);
+}
+
 double GptCuda::LossSum(int slot) {
-  LOOM_CHECK(B_ > 0, "call Reserve and Forward before LossSum");
+  LOOM_CHECK(B_ > 0 && last_stage(), "LossSum needs Reserve and a forward on the last stage");
   UseSlot(slot);
   const size_t N = static_cast<size_t>(B_) * T_;
   LOOM_CUDA_CHECK(cudaMemcpyAsync(host_losses_.data(), a_.losses, N * sizeof(float),
@@ -281,112 +345,140 @@ void GptCuda::ZeroGrad() {
 }
 
 void GptCuda::Backward(float loss_scale, const GradReadyFn& ready, int slot) {
-  LOOM_CHECK(B_ > 0, "call Reserve and Forward before Backward");
+  LOOM_CHECK(first_stage() && last_stage(), "Backward needs the whole model (one stage)");
+  BackwardMicro(slot, loss_scale, nullptr, ready);
+}
+
+void GptCuda::BackwardMicro(int slot, float loss_scale, const bf16* doutput,
+                            const GradReadyFn& ready) {
+  LOOM_CHECK(B_ > 0, "call Reserve and ForwardMicro before BackwardMicro");
   UseSlot(slot);
   const int B = B_, T = T_, C = dims_.channels, V = dims_.vocab, L = dims_.layers;
   const int N = B * T;
   const size_t NC = static_cast<size_t>(N) * C;
-  // Loss = loss_scale * mean over N positions: each position's loss has weight loss_scale/N.
-  const float dloss = loss_scale / static_cast<float>(N);
-  if (dloss != dlosses_value_) {
-    const std::vector<float> host(static_cast<size_t>(N), dloss);
-    LOOM_CUDA_CHECK(cudaMemcpyAsync(s_.dlosses, host.data(), host.size() * sizeof(float),
-                                    cudaMemcpyHostToDevice, stream_));
-    LOOM_CUDA_CHECK(cudaStreamSynchronize(stream_));  // `host` is about to go away
-    dlosses_value_ = dloss;
-  }
   const Tensors w = View(params_);
   const Tensors g = View(grads_);
   // The backward ops accumulate, so each scratch buffer is zeroed before it is written.
   auto zero = [this](bf16* buf, size_t n) {
     LOOM_CUDA_CHECK(cudaMemsetAsync(buf, 0, n * sizeof(bf16), stream_));
   };
-  // dlogits' padded columns stay 0, so wte's padding rows get a zero gradient.
-  zero(s_.dlogits, static_cast<size_t>(N) * layout_.padded_vocab);
-  kc::softmax_crossentropy_backward(s_.dlogits, a_.logits, a_.lse, a_.targets, s_.dlosses, N, V,
-                                    layout_.padded_vocab, stream_);
-  zero(s_.dln, NC);
-  kc::matmul_backward(*gemm_, s_.dln, g.wte, nullptr, s_.dlogits, a_.lnf, w.wte, N, C, layout_.padded_vocab,
-                      stream_);
-  zero(s_.dresidual, NC);
-  kc::layernorm_backward(s_.dresidual, g.lnfw, g.lnfb, s_.ln_scratch, s_.dln, BlockInput(L), w.lnfw,
-                         a_.lnf_mean, a_.lnf_rstd, N, C, stream_);
-  // The stages as the CPU model's GradReadyFn: reported once their kernels are enqueued, so
-  // work the callback enqueues on this stream runs after them.
-  if (ready) ready(L);
-  // Down the blocks; dresidual carries d(residual stream) from block to block.
-  for (int l = L - 1; l >= 0; --l) {
-    BlockBackward(l, w, g);
-    if (ready) ready(l);
+  if (last_stage()) {
+    // Loss = loss_scale * mean over N positions: each position's loss has weight loss_scale/N.
+    const float dloss = loss_scale / static_cast<float>(N);
+    if (dloss != dlosses_value_) {
+      const std::vector<float> host(static_cast<size_t>(N), dloss);
+      LOOM_CUDA_CHECK(cudaMemcpyAsync(s_.dlosses, host.data(), host.size() * sizeof(float),
+                                      cudaMemcpyHostToDevice, stream_));
+      LOOM_CUDA_CHECK(cudaStreamSynchronize(stream_));  // `host` is about to go away
+      dlosses_value_ = dloss;
+    }
+    const int Vp = layout_.padded_vocab;
+    // dlogits' padded columns stay 0, so wte's padding rows get a zero gradient.
+    zero(s_.dlogits, static_cast<size_t>(N) * Vp);
+    kc::softmax_crossentropy_backward(s_.dlogits, a_.logits, a_.lse, a_.targets, s_.dlosses, N, V,
+                                      Vp, stream_);
+    zero(s_.dln, NC);
+    kc::matmul_backward(*gemm_, s_.dln, g.wte, nullptr, s_.dlogits, a_.lnf, w.wte, N, C, Vp,
+                        stream_);
+    zero(s_.dresidual, NC);
+    kc::layernorm_backward(s_.dresidual, g.lnfw, g.lnfb, s_.ln_scratch, s_.dln, BlockInput(blocks_),
+                           w.lnfw, a_.lnf_mean, a_.lnf_rstd, N, C, stream_);
+    // The stages as the CPU model's GradReadyFn: reported once their kernels are enqueued, so
+    // work the callback enqueues on this stream runs after them.
+    if (ready) ready(L);
+  } else {
+    LOOM_CHECK(doutput != nullptr, "a stage before the last needs d(output) from the next one");
+    LOOM_CUDA_CHECK(cudaMemcpyAsync(s_.dresidual, doutput, NC * sizeof(bf16),
+                                    cudaMemcpyDeviceToDevice, stream_));
   }
-  kc::encoder_backward(g.wte, g.wpe, s_.dresidual, a_.tokens, B, T, C, stream_);
-  if (ready) ready(-1);
+  // Down the blocks; dresidual carries d(residual stream) from block to block.
+  for (int l = blocks_ - 1; l >= 0; --l) {
+    BlockBackward(l, w, g);
+    if (ready) ready(shard_.first_block + l);
+  }
+  // dresidual now holds d(stage input): InputGrad() on later stages, the encoder's gradient on
+  // the first.
+  have_input_grad_ = true;
+  if (first_stage()) {
+    kc::encoder_backward(g.wte, g.wpe, s_.dresidual, a_.tokens, B, T, C, stream_);
+    if (ready) ready(-1);
+  }
+}
+
+const GptCuda::bf16* GptCuda::InputGrad() const {
+  LOOM_CHECK(have_input_grad_, "InputGrad needs a BackwardMicro first");
+  return s_.dresidual;
 }
 
 // On entry s_.dresidual holds d(residual3 of block l); on exit d(block input). A residual add
 // passes its output gradient unchanged to both inputs, so dresidual is used directly as the
 // gradient of the branch output, and each branch's input gradient is added into it (as on the
-// CPU, gpt_block.cc).
+// CPU, gpt_block.cc). The row-parallel biases' gradients are the sums of the replicated
+// dresidual: the whole bias gradient on every tp rank, as on the CPU.
 void GptCuda::BlockBackward(int l, const Tensors& w, const Tensors& g) {
-  const int B = B_, T = T_, C = dims_.channels, NH = dims_.heads;
+  const int B = B_, T = T_, C = dims_.channels, Cl = qkv_local_, Fl = mlp_local_;
+  const int NHl = heads_local_;
   const int N = B * T;
-  const size_t sl = static_cast<size_t>(l), sC = C, sN = N;
+  const size_t sl = static_cast<size_t>(l), sC = C, sN = N, sCl = Cl, sFl = Fl;
   const size_t NC = sN * sC;
   // Block l's weights and gradients.
   const bf16* ln1w = w.ln1w + sl * sC;
-  const bf16* qkvw = w.qkvw + sl * 3 * sC * sC;
-  const bf16* attprojw = w.attprojw + sl * sC * sC;
+  const bf16* qkvw = w.qkvw + sl * 3 * sCl * sC;
+  const bf16* attprojw = w.attprojw + sl * sC * sCl;
   const bf16* ln2w = w.ln2w + sl * sC;
-  const bf16* fcw = w.fcw + sl * 4 * sC * sC;
-  const bf16* fcprojw = w.fcprojw + sl * sC * 4 * sC;
+  const bf16* fcw = w.fcw + sl * sFl * sC;
+  const bf16* fcprojw = w.fcprojw + sl * sC * sFl;
   bf16* dln1w = g.ln1w + sl * sC;
   bf16* dln1b = g.ln1b + sl * sC;
-  bf16* dqkvw = g.qkvw + sl * 3 * sC * sC;
-  bf16* dqkvb = g.qkvb + sl * 3 * sC;
-  bf16* dattprojw = g.attprojw + sl * sC * sC;
+  bf16* dqkvw = g.qkvw + sl * 3 * sCl * sC;
+  bf16* dqkvb = g.qkvb + sl * 3 * sCl;
+  bf16* dattprojw = g.attprojw + sl * sC * sCl;
   bf16* dattprojb = g.attprojb + sl * sC;
   bf16* dln2w = g.ln2w + sl * sC;
   bf16* dln2b = g.ln2b + sl * sC;
-  bf16* dfcw = g.fcw + sl * 4 * sC * sC;
-  bf16* dfcb = g.fcb + sl * 4 * sC;
-  bf16* dfcprojw = g.fcprojw + sl * sC * 4 * sC;
+  bf16* dfcw = g.fcw + sl * sFl * sC;
+  bf16* dfcb = g.fcb + sl * sFl;
+  bf16* dfcprojw = g.fcprojw + sl * sC * sFl;
   bf16* dfcprojb = g.fcprojb + sl * sC;
   // Block l's activations from the forward.
-  const bf16* ln1 = a_.ln1 + sl * NC;                                   // (B, T, C)
-  const float* ln1_mean = a_.ln1_mean + sl * sN;                        // (B, T)
-  const float* ln1_rstd = a_.ln1_rstd + sl * sN;                        // (B, T)
-  const bf16* qkv = a_.qkv + sl * NC * 3;                               // (B, T, 3C)
-  const bf16* atty = a_.atty + sl * NC;                                 // (B, T, C)
-  const bf16* att = a_.att + sl * static_cast<size_t>(B) * NH * T * T;  // (B, NH, T, T)
-  const bf16* residual2 = a_.residual2 + sl * NC;                       // (B, T, C)
-  const bf16* ln2 = a_.ln2 + sl * NC;                                   // (B, T, C)
-  const float* ln2_mean = a_.ln2_mean + sl * sN;                        // (B, T)
-  const float* ln2_rstd = a_.ln2_rstd + sl * sN;                        // (B, T)
-  const bf16* fch = a_.fch + sl * NC * 4;                               // (B, T, 4C)
-  const bf16* fch_gelu = a_.fch_gelu + sl * NC * 4;                     // (B, T, 4C)
-  const bf16* residual = BlockInput(l);                                 // (B, T, C)
+  const bf16* ln1 = a_.ln1 + sl * NC;                                    // (B, T, C)
+  const float* ln1_mean = a_.ln1_mean + sl * sN;                         // (B, T)
+  const float* ln1_rstd = a_.ln1_rstd + sl * sN;                         // (B, T)
+  const bf16* qkv = a_.qkv + sl * sN * 3 * sCl;                          // (B, T, 3Cl)
+  const bf16* atty = a_.atty + sl * sN * sCl;                            // (B, T, Cl)
+  const bf16* att = a_.att + sl * static_cast<size_t>(B) * NHl * T * T;  // (B, NH/tp, T, T)
+  const bf16* residual2 = a_.residual2 + sl * NC;                        // (B, T, C)
+  const bf16* ln2 = a_.ln2 + sl * NC;                                    // (B, T, C)
+  const float* ln2_mean = a_.ln2_mean + sl * sN;                         // (B, T)
+  const float* ln2_rstd = a_.ln2_rstd + sl * sN;                         // (B, T)
+  const bf16* fch = a_.fch + sl * sN * sFl;                              // (B, T, Fl)
+  const bf16* fch_gelu = a_.fch_gelu + sl * sN * sFl;                    // (B, T, Fl)
+  const bf16* residual = BlockInput(l);                                  // (B, T, C)
   auto zero = [this](bf16* buf, size_t n) {
     LOOM_CUDA_CHECK(cudaMemsetAsync(buf, 0, n * sizeof(bf16), stream_));
   };
 
   // MLP branch: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))).
-  zero(s_.dfch_gelu, NC * 4);
+  zero(s_.dfch_gelu, sN * sFl);
   kc::matmul_backward(*gemm_, s_.dfch_gelu, dfcprojw, dfcprojb, s_.dresidual, fch_gelu, fcprojw, N,
-                      4 * C, C, stream_);
-  zero(s_.dfch, NC * 4);
-  kc::gelu_backward(s_.dfch, fch, s_.dfch_gelu, static_cast<long>(NC * 4), stream_);
+                      Fl, C, stream_);
+  zero(s_.dfch, sN * sFl);
+  kc::gelu_backward(s_.dfch, fch, s_.dfch_gelu, static_cast<long>(sN * sFl), stream_);
   zero(s_.dln, NC);
-  kc::matmul_backward(*gemm_, s_.dln, dfcw, dfcb, s_.dfch, ln2, fcw, N, C, 4 * C, stream_);
+  kc::matmul_backward(*gemm_, s_.dln, dfcw, dfcb, s_.dfch, ln2, fcw, N, C, Fl, stream_);
+  TpAllReduce(s_.dln, NC);  // each rank's d(ln2) covers only its MLP slice
   kc::layernorm_backward(s_.dresidual, dln2w, dln2b, s_.ln_scratch, s_.dln, residual2, ln2w,
                          ln2_mean, ln2_rstd, N, C, stream_);
   // dresidual now holds d(residual2). Attention branch: residual2 = residual + attn(ln1(...)).
-  zero(s_.datty, NC);
-  kc::matmul_backward(*gemm_, s_.datty, dattprojw, dattprojb, s_.dresidual, atty, attprojw, N, C, C,
-                      stream_);
-  zero(s_.dqkv, NC * 3);
-  kc::attention_backward(*gemm_, s_.dqkv, s_.att_scratch, s_.datty, qkv, att, B, T, C, NH, stream_);
+  zero(s_.datty, sN * sCl);
+  kc::matmul_backward(*gemm_, s_.datty, dattprojw, dattprojb, s_.dresidual, atty, attprojw, N, Cl,
+                      C, stream_);
+  zero(s_.dqkv, sN * 3 * sCl);
+  kc::attention_backward(*gemm_, s_.dqkv, s_.att_scratch, s_.datty, qkv, att, B, T, Cl, NHl,
+                         stream_);
   zero(s_.dln, NC);
-  kc::matmul_backward(*gemm_, s_.dln, dqkvw, dqkvb, s_.dqkv, ln1, qkvw, N, C, 3 * C, stream_);
+  kc::matmul_backward(*gemm_, s_.dln, dqkvw, dqkvb, s_.dqkv, ln1, qkvw, N, C, 3 * Cl, stream_);
+  TpAllReduce(s_.dln, NC);  // each rank's d(ln1) covers only its heads
   kc::layernorm_backward(s_.dresidual, dln1w, dln1b, s_.ln_scratch, s_.dln, residual, ln1w,
                          ln1_mean, ln1_rstd, N, C, stream_);
 }
@@ -400,6 +492,23 @@ double GptCuda::GradNorm() {
       cudaMemcpyAsync(&sumsq, norm_out_, sizeof(float), cudaMemcpyDeviceToHost, stream_));
   LOOM_CUDA_CHECK(cudaStreamSynchronize(stream_));
   return std::sqrt(static_cast<double>(std::max(sumsq, 0.0f)));
+}
+
+double GptCuda::OwnedSumSquares() {
+  // One sum per owned tensor (the padding rows of wte are zeros), then one copy back.
+  float sums[kNumParamTensors] = {};
+  for (int i = 0; i < kNumParamTensors; ++i) {
+    if (layout_.numel[i] == 0 || !table_[i].owner) continue;
+    kc::sum_of_squares(norm_out_ + i, norm_partials_, grads_ + layout_.offset[i],
+                       static_cast<long>(layout_.numel[i]), stream_);
+  }
+  LOOM_CUDA_CHECK(cudaMemcpyAsync(sums, norm_out_, sizeof(sums), cudaMemcpyDeviceToHost, stream_));
+  LOOM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  double total = 0.0;
+  for (int i = 0; i < kNumParamTensors; ++i) {
+    if (layout_.numel[i] != 0 && table_[i].owner) total += static_cast<double>(sums[i]);
+  }
+  return total;
 }
 
 void GptCuda::Update(const AdamWConfig& config, float lr, float grad_scale, int64_t t) {

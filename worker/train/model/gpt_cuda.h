@@ -1,7 +1,17 @@
 // GPT-2 on one CUDA device in bf16 mixed precision (DESIGN.md, "The training core"): the same
 // architecture, parameter table, initialisation and forward/backward order as the CPU model
-// (model/gpt.h), on the CUDA ops of kernels/cuda/. No tensor or pipeline parallelism: the whole
-// model lives on the device.
+// (model/gpt.h), on the CUDA ops of kernels/cuda/, for the part of the model a rank holds under
+// any layout: its pipeline stage's blocks (ModelShard first_block..last_block; the embeddings on
+// the first stage, the final layernorm and the tied head on the last) and its tensor-parallel
+// slice (Megatron's column-parallel qkvw and fcw, row-parallel attprojw and fcprojw, as
+// gpt_block.cc): the ShardTable of model/params.h, the CPU model's.
+//
+// Tensor parallelism: the row-parallel products are partial sums over the tp group; each one is
+// summed in place by a bf16 all-reduce over `tp` (an NcclCommunicator on this device, ordered
+// behind the model's stream; the stream waits for the sum on the device). The row-parallel
+// biases are added by tp rank 0 alone, inside its GEMM, so the group's sum holds them once (the
+// CPU model adds them after the sum; the same value up to rounding). In backward the gradients
+// of the two layernorm outputs that feed the column-parallel layers are summed the same way.
 //
 // Precision: parameters, gradients and activations in bf16; fp32 master weights and AdamW
 // moments; fp32 layernorm statistics, losses and cross-entropy row statistics.
@@ -10,12 +20,12 @@
 // construction, activations at Reserve), so steady-state steps allocate nothing. The cuBLASLt
 // workspace of the GemmContext is the one cudaMalloc outside it.
 //
-// Layout of the parameter-shaped buffers (params, grads, master, m, v): the ParamTable's tensors
-// in its order, except that wte has Vp = round_up(V, 64) rows instead of V (llm.c's padded
-// vocabulary, so that the head GEMM has aligned dimensions). The Vp - V padding rows are zero in
-// the parameters, receive a zero gradient (the cross-entropy never writes the padded logits'
-// gradient, and dlogits is zeroed first) and so stay zero under AdamW; every other tensor sits
-// at its table offset plus the padding, element for element as on the CPU.
+// Layout of the parameter-shaped buffers (params, grads, master, m, v): the shard table's
+// tensors in its order, except that wte, where held, has Vp = round_up(V, 64) rows instead of V
+// (llm.c's padded vocabulary, so that the head GEMM has aligned dimensions). The Vp - V padding
+// rows are zero in the parameters, receive a zero gradient (the cross-entropy never writes the
+// padded logits' gradient, and dlogits is zeroed first) and so stay zero under AdamW; every
+// other tensor sits at its table offset plus the padding, element for element as on the CPU.
 //
 // Threading: one host thread; all work is enqueued on the model's stream.
 #ifndef LOOM_WORKER_TRAIN_MODEL_GPT_CUDA_H_
@@ -29,6 +39,7 @@
 
 #include "kernels/cuda/gemm_context.h"
 #include "kernels/cuda/types.h"
+#include "worker/train/comm/nccl_communicator.h"
 #include "worker/train/device/caching_allocator.h"
 #include "worker/train/device/cuda_memory.h"
 #include "worker/train/model/dims.h"
@@ -47,17 +58,20 @@ class GptCuda {
   static constexpr int kVocabMultiple = 64;
 
   // Selects `device` (cudaSetDevice), creates the stream, the GEMM context and the allocator,
-  // and allocates the parameter-shaped buffers (uninitialised: call InitWeights). Dims must be
-  // valid. Throws OutOfMemoryError when the device cannot hold them.
-  GptCuda(const ModelDims& dims, int device);
+  // and allocates the parameter-shaped buffers of `shard` (uninitialised: call InitWeights).
+  // Dims must be valid and ShardProblem(dims, shard) empty. `tp` is the tensor-parallel group
+  // on `device` (size shard.tp_size, rank shard.tp_rank; outlives the model), nullptr when
+  // tp_size == 1. Throws OutOfMemoryError when the device cannot hold the buffers.
+  GptCuda(const ModelDims& dims, int device, const ModelShard& shard = ModelShard{},
+          NcclCommunicator* tp = nullptr);
   // Synchronises the stream, then frees everything.
   ~GptCuda();
   GptCuda(const GptCuda&) = delete;
   GptCuda& operator=(const GptCuda&) = delete;
 
-  // GPT-2 initialisation exactly as the CPU model's (InitParams into a host fp32 buffer, same
-  // seed): uploaded as the fp32 master weights and cast to the bf16 parameters. Zeroes the
-  // AdamW moments.
+  // GPT-2 initialisation exactly as the CPU model's (InitParams of the shard table into a host
+  // fp32 buffer, same seed: every shard starts from its slice of the single-rank model),
+  // uploaded as the fp32 master weights and cast to the bf16 parameters. Zeroes the moments.
   void InitWeights(uint64_t seed);
 
   // Lays out the activations and backward scratch for micro-batches (B, T) in `slots`
@@ -66,35 +80,52 @@ class GptCuda {
   // when something changed.
   void Reserve(int B, int T, int slots = 1);
 
-  // Forward pass of one micro-batch into `slot`: tokens and targets (B, T) host ints in [0, V)
-  // (checked), copied to the device. Enqueued; the per-position losses stay on the device
-  // (LossSum).
+  // The forward pass of one micro-batch of this stage into `slot` (GPT::ForwardMicro):
+  //   - the first stage reads `tokens` (B, T), host ints in [0, V) (checked), copied to the
+  //     device; the others read `input` (B, T, C), a device buffer: the previous stage's Output;
+  //   - the last stage with `targets` (B, T) (host, checked) computes the per-position losses
+  //     (LossSum); the others leave the residual stream in Output(slot).
+  // Enqueued.
+  void ForwardMicro(int slot, const int* tokens, const bf16* input, const int* targets);
+  // The whole model: ForwardMicro(slot, tokens, nullptr, targets).
   void Forward(const int* tokens, const int* targets, int slot = 0);
 
-  // Sum over the B*T positions of the slot's last Forward's losses, in double on the host
-  // (copies the (B, T) fp32 losses back; synchronises the stream).
+  // Sum over the B*T positions of the slot's last forward's losses (last stage, with targets),
+  // in double on the host (copies the (B, T) fp32 losses back; synchronises the stream).
   double LossSum(int slot = 0);
+
+  // (B, T, C) device: the residual stream leaving this stage after ForwardMicro(slot).
+  const bf16* Output(int slot) const;
 
   // Sets every gradient to zero (enqueued); call once per optimizer step.
   void ZeroGrad();
 
-  // Called by Backward on the host as soon as the kernels of a stage are enqueued, with the CPU
-  // model's meaning (GPT::GradReadyFn, model/gpt.h): stage L (layers) once lnfw/lnfb are final,
-  // then l after block l, then -1 after the embeddings (wte is final only then: the tied head
-  // writes it first). Work the callback enqueues on stream() runs after that stage's kernels.
+  // Called on the host as soon as the kernels of a stage are enqueued, with the CPU model's
+  // meaning (GPT::GradReadyFn, model/gpt.h): stage L (layers) once lnfw/lnfb are final (last
+  // stage), then each block's global index as its gradients are, down this shard's blocks,
+  // then -1 after the embeddings (first stage; wte is final only then: the tied head writes it
+  // first). Work the callback enqueues on stream() runs after that stage's kernels.
   using GradReadyFn = std::function<void(int stage)>;
 
-  // Adds the gradient of loss_scale * (mean loss of the last Forward) to the gradients.
-  // Enqueued. loss_scale = 1/K averages K accumulated micro-batches (1/(K * dp) under data
-  // parallelism, so that the group's sum is the mean). `ready`, when set, hears each stage.
-  // Uses the activations of `slot`; the slot is free for reuse afterwards.
+  // Adds the gradient of the micro-batch in `slot` (GPT::BackwardMicro): the last stage starts
+  // from loss_scale * its mean loss (a ForwardMicro with targets first), the others from
+  // `doutput` (B, T, C, device) = d(Output(slot)). Afterwards, on every stage but the first,
+  // InputGrad() holds d(input) (B, T, C, device) until the next BackwardMicro. Enqueued.
+  void BackwardMicro(int slot, float loss_scale, const bf16* doutput,
+                     const GradReadyFn& ready = nullptr);
+  // The whole model: BackwardMicro(slot, loss_scale, nullptr, ready).
   void Backward(float loss_scale, const GradReadyFn& ready = nullptr, int slot = 0);
+  const bf16* InputGrad() const;
 
-  // The global L2 norm of the gradients (one sum of squares over the whole buffer, fp32 on the
-  // device; synchronises the stream).
+  // The L2 norm of all of this shard's gradients (one sum of squares over the buffer, fp32 on
+  // the device; synchronises the stream).
   double GradNorm();
+  // Sum of squares of the gradients of the tensors this rank owns (TensorInfo::owner: each
+  // tensor once over the tp group and the stages), in double on the host: this rank's term of
+  // the world's norm. Synchronises the stream.
+  double OwnedSumSquares();
 
-  // One AdamW step at learning rate lr on every tensor (weight decay on TensorInfo::decay
+  // One AdamW step at learning rate lr on every tensor held (weight decay on TensorInfo::decay
   // tensors only, as on the CPU), with the gradients multiplied by grad_scale (clipping).
   // `t` is the 1-based optimizer step. Enqueued.
   void Update(const AdamWConfig& config, float lr, float grad_scale, int64_t t);
@@ -119,9 +150,13 @@ class GptCuda {
   void LoadState(const float* params, const float* m, const float* v);
 
   const ModelDims& dims() const { return dims_; }
+  const ModelShard& shard() const { return shard_; }  // last_block resolved (never -1)
+  bool first_stage() const { return shard_.first_block == 0; }
+  bool last_stage() const { return shard_.last_block == dims_.layers; }
   int device() const { return device_; }  // the CUDA device the model lives on
   int batch() const { return B_; }        // the Reserve'd micro-batch shape (0 before)
   int seq_len() const { return T_; }
+  // The shard's table (ShardTable; numel 0 for the tensors not held here).
   const std::vector<TensorInfo>& tensors() const { return table_; }
   size_t num_params() const { return num_params_; }
   int padded_vocab() const { return layout_.padded_vocab; }
@@ -138,44 +173,46 @@ class GptCuda {
   size_t fixed_bytes() const { return gemm_->workspace_bytes(); }
 
  private:
-  // Activations of one micro-batch (B, T) in one slot; N = B*T. bf16 unless marked fp32.
+  // Activations of one micro-batch (B, T) in one slot; N = B*T; Lb = the stage's blocks;
+  // Cl = C/tp (this rank's heads times HS), Fl = 4C/tp. bf16 unless marked fp32. nullptr where
+  // the stage has no use for a buffer.
   struct Acts {
-    bf16* encoded;    // (B, T, C)
-    bf16* ln1;        // (L, B, T, C)
-    float* ln1_mean;  // (L, B, T) fp32
-    float* ln1_rstd;  // (L, B, T) fp32
-    bf16* qkv;        // (L, B, T, 3C)
-    bf16* atty;       // (L, B, T, C)
-    bf16* att;        // (L, B, NH, T, T)
-    bf16* residual2;  // (L, B, T, C)
-    bf16* ln2;        // (L, B, T, C)
-    float* ln2_mean;  // (L, B, T) fp32
-    float* ln2_rstd;  // (L, B, T) fp32
-    bf16* fch;        // (L, B, T, 4C)  pre-GELU, for the GELU backward
-    bf16* fch_gelu;   // (L, B, T, 4C)
-    bf16* residual3;  // (L, B, T, C)
-    bf16* proj;       // (B, T, C)  attproj / fcproj output: only forward reads it, per layer
-    bf16* lnf;        // (B, T, C)
-    float* lnf_mean;  // (B, T) fp32
-    float* lnf_rstd;  // (B, T) fp32
-    bf16* logits;     // (B, T, Vp)
+    bf16* encoded;    // (B, T, C)  the stage's input: the embedding, or the previous stage's
+    bf16* ln1;        // (Lb, B, T, C)
+    float* ln1_mean;  // (Lb, B, T) fp32
+    float* ln1_rstd;  // (Lb, B, T) fp32
+    bf16* qkv;        // (Lb, B, T, 3Cl)
+    bf16* atty;       // (Lb, B, T, Cl)
+    bf16* att;        // (Lb, B, NH/tp, T, T)
+    bf16* residual2;  // (Lb, B, T, C)
+    bf16* ln2;        // (Lb, B, T, C)
+    float* ln2_mean;  // (Lb, B, T) fp32
+    float* ln2_rstd;  // (Lb, B, T) fp32
+    bf16* fch;        // (Lb, B, T, Fl)  pre-GELU, for the GELU backward
+    bf16* fch_gelu;   // (Lb, B, T, Fl)
+    bf16* residual3;  // (Lb, B, T, C)
+    bf16* proj;       // (B, T, C)  attproj / fcproj output: only forward reads it; shared
+    bf16* lnf;        // (B, T, C)   last stage
+    float* lnf_mean;  // (B, T) fp32 last stage
+    float* lnf_rstd;  // (B, T) fp32 last stage
+    bf16* logits;     // (B, T, Vp)  last stage
     float* lse;       // (B, T) fp32 log-sum-exp per row, for the cross-entropy backward
-    float* losses;    // (B, T) fp32
-    int* tokens;      // (B, T)
-    int* targets;     // (B, T)
+    float* losses;    // (B, T) fp32 last stage
+    int* tokens;      // (B, T)  first stage
+    int* targets;     // (B, T)  last stage
   };
   // Backward scratch, reused by every layer.
   struct Grads {
-    float* dlosses;     // (B, T) fp32, loss_scale / N each
-    bf16* dlogits;      // (B, T, Vp)
+    float* dlosses;     // (B, T) fp32, loss_scale / N each (last stage)
+    bf16* dlogits;      // (B, T, Vp) (last stage)
     bf16* dresidual;    // (B, T, C) gradient of the residual stream, carried down the layers
     bf16* dln;          // (B, T, C) gradient of a layernorm output
-    bf16* datty;        // (B, T, C)
-    bf16* dqkv;         // (B, T, 3C)
-    bf16* dfch_gelu;    // (B, T, 4C)
-    bf16* dfch;         // (B, T, 4C)
+    bf16* datty;        // (B, T, Cl)
+    bf16* dqkv;         // (B, T, 3Cl)
+    bf16* dfch_gelu;    // (B, T, Fl)
+    bf16* dfch;         // (B, T, Fl)
     float* ln_scratch;  // LayerNormBackwardScratchFloats(N, C) fp32
-    void* att_scratch;  // AttentionScratchBytes(T, NH) bytes (also the forward's)
+    void* att_scratch;  // AttentionScratchBytes(T, NH/tp) bytes (also the forward's)
   };
   // Typed views of one parameter-shaped bf16 buffer (params or grads), in the device layout.
   struct Tensors {
@@ -184,20 +221,27 @@ class GptCuda {
   };
 
   Tensors View(bf16* base) const;
-  void UseSlot(int slot);  // a_ := the slot's activations
   void* Alloc(size_t bytes);
   void FreeActivations();
+  void UseSlot(int slot);  // a_ := the slot's activations
   void BlockForward(int l, const Tensors& w);
   void BlockBackward(int l, const Tensors& w, const Tensors& g);
-  // The residual stream entering block l: encoded, or the previous block's residual3.
+  // Sums buf (n bf16) over the tp group in place, on the device (nothing without tp).
+  void TpAllReduce(bf16* buf, size_t n);
+  // The residual stream entering local block l: encoded, or the previous block's residual3.
   bf16* BlockInput(int l) const;
 
   ModelDims dims_;
   int device_ = 0;
-  std::vector<TensorInfo> table_;   // the CPU model's table (unpadded)
+  ModelShard shard_;
+  NcclCommunicator* tp_ = nullptr;  // nullptr without tensor parallelism
+  int blocks_ = 0;                  // Lb
+  int heads_local_ = 0;             // NH / tp
+  int qkv_local_ = 0;               // Cl
+  int mlp_local_ = 0;               // Fl
+  std::vector<TensorInfo> table_;   // the shard's table (unpadded)
   size_t num_params_ = 0;           // the table's total (unpadded)
-  // The device buffers' layout: the table's, wte padded to Vp rows; total = num_params_ + (Vp -
-  // V) * C.
+  // The device buffers' layout: the table's, wte padded to Vp rows where held.
   PaddedLayout layout_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<loom::kernels::cuda::GemmContext> gemm_;
@@ -211,12 +255,13 @@ class GptCuda {
   float* m_ = nullptr;               // (num_dev_params) fp32 AdamW first moment
   float* v_ = nullptr;               // (num_dev_params) fp32 AdamW second moment
   float* norm_partials_ = nullptr;   // (kGradNormBlocks) fp32
-  float* norm_out_ = nullptr;        // (1) fp32
+  float* norm_out_ = nullptr;        // (kNumParamTensors) fp32: one sum of squares per tensor
   int B_ = 0, T_ = 0;
   float dlosses_value_ = -1.0f;  // what dlosses holds now (re-filled when loss_scale changes)
   Acts a_{};                     // the slot the pass in progress uses (a copy of slot_acts_[i])
   std::vector<Acts> slot_acts_;  // (slots); proj is shared by all
   Grads s_{};
+  bool have_input_grad_ = false;    // a BackwardMicro ran since the last Reserve
   std::vector<float> host_losses_;  // (B, T)
 };
 

@@ -50,7 +50,7 @@ ProcessGroups ProcessGroups::Alone() {
 }
 
 void ProcessGroups::AbortAll(const std::string& why) {
-  for (Communicator* c : {emb.get(), pp.get(), dp.get(), tp.get(), world.get()}) {
+  for (Communicator* c : {pp_grad.get(), emb.get(), pp.get(), dp.get(), tp.get(), world.get()}) {
     if (c != nullptr) c->Abort(why);
   }
 }

@@ -45,6 +45,11 @@ struct ProcessGroups {
   std::unique_ptr<Communicator> dp;
   std::unique_ptr<Communicator> pp;
   std::unique_ptr<Communicator> emb;
+  // The pipeline's gradients on a communicator of their own, where the transport matches
+  // point-to-point messages by posting order rather than by tag (NCCL: one stream per
+  // communicator, so a stage's activation sends and gradient receives on one stream would wait
+  // for each other's peers in a cycle); null where pp carries both (Gloo, tags).
+  std::unique_ptr<Communicator> pp_grad;
 
   // Single-rank groups for a world of one.
   static ProcessGroups Alone();
