@@ -1,7 +1,10 @@
 // AdamW update. Contract: kernels/cuda/adamw.h.
 // Grid-stride over groups of W elements: W = kPack (16-byte bf16 vectors for grads and params)
-// when those pointers are aligned, else 1; the fp32 arrays are read element by element
-// (coalesced). Elementwise, so order-independent and deterministic.
+// when those pointers are aligned, else 1. With W = kPack and the fp32 arrays (master, m, v)
+// 16-byte aligned too, each thread reads and writes its 8 fp32 values of each as two 16-byte
+// vectors; otherwise element by element (a ZeRO-1 range may start anywhere inside a tensor).
+// Elementwise, so order-independent and deterministic: the vector and scalar paths compute the
+// same values.
 #include "kernels/cuda/adamw.h"
 
 #include <cmath>
@@ -18,29 +21,69 @@ struct AdamWArgs {
   float lr, beta1, beta2, eps, weight_decay, inv_c1, inv_c2, grad_scale;
 };
 
-__device__ __forceinline__ float Step(float* master, float* m, float* v, long i, float grad,
+// One element: m, v and p (the master weight) updated in place; returns the new weight.
+__device__ __forceinline__ float Step(float& m, float& v, float& p, float grad,
                                       const AdamWArgs& a) {
   const float g = grad * a.grad_scale;
-  const float mi = a.beta1 * m[i] + (1.0f - a.beta1) * g;
-  const float vi = a.beta2 * v[i] + (1.0f - a.beta2) * g * g;
+  m = a.beta1 * m + (1.0f - a.beta1) * g;
+  v = a.beta2 * v + (1.0f - a.beta2) * g * g;
+  p = p - a.lr * ((m * a.inv_c1) / (sqrtf(v * a.inv_c2) + a.eps) + a.weight_decay * p);
+  return p;
+}
+
+__device__ __forceinline__ float Step(float* master, float* m, float* v, long i, float grad,
+                                      const AdamWArgs& a) {
+  float mi = m[i], vi = v[i], p = master[i];
+  const float updated = Step(mi, vi, p, grad, a);
   m[i] = mi;
   v[i] = vi;
-  const float p = master[i];
-  const float updated =
-      p - a.lr * ((mi * a.inv_c1) / (sqrtf(vi * a.inv_c2) + a.eps) + a.weight_decay * p);
-  master[i] = updated;
+  master[i] = p;
   return updated;
 }
 
+// x[0..W) := p[0..W) as W / 4 16-byte loads (p 16-byte aligned), and back.
 template <int W>
+__device__ __forceinline__ void Load4(const float* p, float (&x)[W]) {
+#pragma unroll
+  for (int k = 0; k < W / 4; ++k) {
+    const float4 q = reinterpret_cast<const float4*>(p)[k];
+    x[4 * k] = q.x;
+    x[4 * k + 1] = q.y;
+    x[4 * k + 2] = q.z;
+    x[4 * k + 3] = q.w;
+  }
+}
+template <int W>
+__device__ __forceinline__ void Store4(float* p, const float (&x)[W]) {
+#pragma unroll
+  for (int k = 0; k < W / 4; ++k) {
+    reinterpret_cast<float4*>(p)[k] =
+        make_float4(x[4 * k], x[4 * k + 1], x[4 * k + 2], x[4 * k + 3]);
+  }
+}
+
+template <int W, bool kVectorF32>
 __global__ void AdamWKernel(float* master, bf16* params, const bf16* grads, float* m, float* v,
                             long n, AdamWArgs args) {
   const long groups = n / W;
   for (long g = device::GlobalThread(); g < groups; g += device::GridStride()) {
     float grad[W], out[W];
     device::LoadF<W>(grads + g * W, grad);
+    if constexpr (kVectorF32) {
+      static_assert(W % 4 == 0, "16-byte fp32 vectors need groups of 4");
+      float mm[W], vv[W];
+      Load4<W>(master + g * W, out);
+      Load4<W>(m + g * W, mm);
+      Load4<W>(v + g * W, vv);
 #pragma unroll
-    for (int k = 0; k < W; ++k) out[k] = Step(master, m, v, g * W + k, grad[k], args);
+      for (int k = 0; k < W; ++k) Step(mm[k], vv[k], out[k], grad[k], args);
+      Store4<W>(master + g * W, out);
+      Store4<W>(m + g * W, mm);
+      Store4<W>(v + g * W, vv);
+    } else {
+#pragma unroll
+      for (int k = 0; k < W; ++k) out[k] = Step(master, m, v, g * W + k, grad[k], args);
+    }
     device::StoreF<W>(params + g * W, out);
   }
   for (long i = groups * W + device::GlobalThread(); i < n; i += device::GridStride()) {
@@ -68,12 +111,16 @@ void adamw_update(float* master, bf16* params, const bf16* grads, float* m, floa
   args.inv_c1 = static_cast<float>(1.0 / (1.0 - std::pow(double{beta1}, t)));
   args.inv_c2 = static_cast<float>(1.0 / (1.0 - std::pow(double{beta2}, t)));
   args.grad_scale = grad_scale;
-  if (launch::AllAligned16({params, grads})) {
-    AdamWKernel<launch::kPack>
+  if (launch::AllAligned16({params, grads, master, m, v})) {
+    AdamWKernel<launch::kPack, true>
+        <<<launch::GridBlocks(n / launch::kPack, launch::kBlock), launch::kBlock, 0, stream>>>(
+            master, params, grads, m, v, n, args);
+  } else if (launch::AllAligned16({params, grads})) {
+    AdamWKernel<launch::kPack, false>
         <<<launch::GridBlocks(n / launch::kPack, launch::kBlock), launch::kBlock, 0, stream>>>(
             master, params, grads, m, v, n, args);
   } else {
-    AdamWKernel<1><<<launch::GridBlocks(n, launch::kBlock), launch::kBlock, 0, stream>>>(
+    AdamWKernel<1, false><<<launch::GridBlocks(n, launch::kBlock), launch::kBlock, 0, stream>>>(
         master, params, grads, m, v, n, args);
   }
   LOOM_CUDA_CHECK_LAUNCH();

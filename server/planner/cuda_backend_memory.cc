@@ -92,14 +92,26 @@ std::vector<CudaBufferRequest> CudaBackendRequests(const ModelShape& m, const La
   // GptCuda's constructor.
   add("params", n * kBf16, &MB::weights);
   add("grads", n * kBf16, &MB::gradients);
-  add("master", n * kF32, &MB::optimizer);
-  add("adam m", n * kF32, &MB::optimizer);
-  add("adam v", n * kF32, &MB::optimizer);
+  // The masters and moments of the master range (the table's layout, no padding rows): under
+  // ZeRO-1 dp rank 0's range, the largest (cuda_zero.h: ZeroRangeOf over the table), else all.
+  const bool zero = layout.zero1 && layout.dp > 1;
+  const int64_t table = n - pad;
+  const int64_t shard = zero ? CeilDiv(table, layout.dp) : table;
+  const int64_t held = std::max<int64_t>(std::min(shard, table), 1);
+  add("master", held * kF32, &MB::optimizer);
+  add("adam m", held * kF32, &MB::optimizer);
+  add("adam v", held * kF32, &MB::optimizer);
   add("norm partials", kCudaGradNormBlocks * kF32, &MB::workspace);
   add("norm out", kNumTensors * kF32, &MB::workspace);  // one sum of squares per tensor
-  // CudaGradSync, constructed by the CUDA backend (worker/train/cuda_backend.cc) before the
-  // trainer calls Reserve.
-  if (layout.dp > 1) {
+  if (zero) {
+    // GptCuda's upload staging (a range short of the table), then CudaZero's collective staging
+    // ((dp + 1) pieces of fp32), constructed by the backend before anything else.
+    add("upload staging", kCudaStagingFloats * kF32, &MB::workspace);
+    add("zero staging", (layout.dp + 1) * std::min(kCudaZeroPiece, shard) * kF32,
+        &MB::comm_buffers);
+  } else if (layout.dp > 1) {
+    // CudaGradSync, constructed by the CUDA backend (worker/train/cuda_backend.cc) before the
+    // trainer calls Reserve.
     const std::vector<int64_t> buckets = BucketElements(m, sh, pad);
     for (size_t i = 0; i < buckets.size(); ++i) {
       add(absl::StrCat("bucket ", i), buckets[i] * kBf16, &MB::comm_buffers);
@@ -203,9 +215,8 @@ absl::StatusOr<MemoryBreakdown> CudaBackendMemory(const ModelShape& m, Precision
   if (precision != Precision::kBf16) {
     return absl::InvalidArgumentError("precision: the GPU backend trains in bf16 only");
   }
-  if (layout.recompute != Recompute::kNone || layout.zero1) {
-    return absl::InvalidArgumentError(
-        "layout: the GPU backend has no activation recompute and no ZeRO-1");
+  if (layout.recompute != Recompute::kNone) {
+    return absl::InvalidArgumentError("layout: the GPU backend has no activation recompute");
   }
   if (layout.tp < 1 || layout.pp < 1 || m.heads % layout.tp != 0 || stage < 0 ||
       stage >= layout.pp || blocks == 0 || blocks > m.layers) {

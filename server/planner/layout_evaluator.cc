@@ -92,7 +92,7 @@ Evaluation EvaluateLayout(const ModelShape& m, Precision precision, const Device
   // the CPU backend's (cpu_backend_memory.h), GPUs GptCuda's (cuda_backend_memory.h), which
   // is what the worker reports as its peak (the published formula overestimates it ~1.8x, as
   // it counts a Megatron block's dropout masks, pre-softmax scores and a 10% margin). Layouts
-  // they refuse (recompute, ZeRO-1 on a GPU, tp or pp > 1 on the CPU's, the other precision) are
+  // they refuse (recompute, tp or pp > 1 on the CPU's, the other precision) are
   // Megatron-style layouts Loom does not run yet: they keep the published formula below. A GPU
   // pipeline gets the GPU backend's buffers per stage of the partition.
   const bool gpu = d.model != "cpu";

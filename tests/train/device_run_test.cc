@@ -191,9 +191,10 @@ int RunToTheFactory(const std::string& args, const std::map<std::string, std::st
 }
 
 // Issue 14: a model that needs tensor and pipeline parallelism on GPUs (gpt-7b on 16 H100s, as
-// `loomctl plan` plans it, restricted to what loom-train runs: no recompute, no ZeRO-1 on the
-// GPU) gets a layout that loom-train accepts with --device cuda, every rank of it up to the
-// CUDA backend's factory with its own coordinates and stage blocks.
+// `loomctl plan` plans it, restricted to no activation recompute, which loom-train does not run,
+// and to no ZeRO-1, with which data 16 alone fits) gets a layout that loom-train accepts with
+// --device cuda, every rank of it up to the CUDA backend's factory with its own coordinates and
+// stage blocks.
 TEST(DeviceRunTest, APlannedTensorAndPipelineLayoutReachesTheCudaBackend) {
   planner::PlanRequest req;
   req.model = *planner::ResolvePreset("gpt-7b");
@@ -215,7 +216,7 @@ TEST(DeviceRunTest, APlannedTensorAndPipelineLayoutReachesTheCudaBackend) {
                              ",pipeline=" + std::to_string(l.pp) +
                              ",micro_batch=" + std::to_string(l.micro_batch) +
                              ",num_micro_batches=" + std::to_string(l.num_micro_batches) +
-                             ",blocks=" + blocks + ",schedule=1f1b,zero1=0";
+                             ",blocks=" + blocks + ",schedule=1f1b,zero1=" + (l.zero1 ? "1" : "0");
   // A token file long enough for 2048-token sequences, ids below the vocabulary.
   TempDir dir;
   std::vector<uint16_t> tokens(50'000);
@@ -242,14 +243,15 @@ TEST(DeviceRunTest, APlannedTensorAndPipelineLayoutReachesTheCudaBackend) {
     EXPECT_EQ(call.shape.tp_size, l.tp);
     EXPECT_EQ(call.shape.pp_size, l.pp);
     EXPECT_EQ(call.shape.dp_size, l.dp);
+    EXPECT_EQ(call.shape.zero1, l.zero1 && l.dp > 1);
     EXPECT_EQ(call.shape.pp_rank, rank / (l.tp * l.dp));
     EXPECT_EQ(call.shape.last_block() - call.shape.first_block(),
               best.blocks_per_stage[call.shape.pp_rank]);
   }
 }
 
-// ZeRO-1 is the one layout the GPU path still refuses, before any CUDA call, naming it.
-TEST(DeviceRunTest, ZeroOneIsRefusedOnTheGpuPathBeforeTheBackend) {
+// ZeRO-1 runs on the GPU too: the layout reaches the CUDA backend's factory with zero1 set.
+TEST(DeviceRunTest, ZeroOneReachesTheCudaBackend) {
   TempDir dir;
   FactoryCall call;
   std::string err;
@@ -257,13 +259,18 @@ TEST(DeviceRunTest, ZeroOneIsRefusedOnTheGpuPathBeforeTheBackend) {
       "--preset tiny --data-builtin tiny-corpus --seq-len 16 --steps 1 --global-batch-tokens 64 "
       "--rendezvous-dir " +
           (dir / "rendezvous") + " --device cuda",
-      {{"LOOM_RANK", "0"},
+      {{"LOOM_RANK", "1"},
        {"LOOM_WORLD_SIZE", "2"},
+       {"LOOM_LOCAL_RANK", "1"},
        {"LOOM_LAYOUT", "data=2,tensor=1,pipeline=1,micro_batch=1,num_micro_batches=2,zero1=1"}},
       &call, &err);
   EXPECT_EQ(code, 2);
-  EXPECT_FALSE(call.reached);
-  EXPECT_THAT(err, HasSubstr("ZeRO-1")) << err;
+  EXPECT_THAT(err, HasSubstr("stopped before the first CUDA call")) << err;
+  ASSERT_TRUE(call.reached) << err;
+  EXPECT_TRUE(call.shape.zero1);
+  EXPECT_EQ(call.shape.dp_size, 2);
+  EXPECT_EQ(call.shape.dp_rank, 1);
+  EXPECT_EQ(call.device, 1);
 }
 
 }  // namespace

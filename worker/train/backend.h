@@ -139,16 +139,21 @@ class Backend {
 
   // ---- state for checkpoints (host fp32, the table's layout) ----
 
-  // Pointers valid until the next call of a non-const method: the parameters (num_params), and
-  // the moments of [update_begin, update_end).
+  // Pointers valid until the next call of a non-const method: the parameters (num_params; on a
+  // backend whose master weights are sharded by ZeRO-1, only [update_begin, update_end): take
+  // the whole from GatherState), and the moments of [update_begin, update_end).
   struct HostState {
     const float* params = nullptr;
     const float* m = nullptr;
     const float* v = nullptr;
   };
   virtual HostState StateToHost() = 0;
-  // The whole buffer's moments gathered over the dp group (ZeRO-1; a dp collective).
-  virtual void GatherMoments(std::vector<float>* m, std::vector<float>* v) = 0;
+  // ZeRO-1 (a dp collective): the whole buffer's moments gathered over the dp group into m and
+  // v (num_params each), and into params the whole parameters where this backend shards its
+  // master weights too (the GPU's); params is left empty where StateToHost's are whole (the
+  // CPU's).
+  virtual void GatherState(std::vector<float>* params, std::vector<float>* m,
+                           std::vector<float>* v) = 0;
   // Replaces the parameters (num_params) and the moments (those of the update range; both
   // nullptr: zero) and sets the optimizer step.
   virtual void LoadState(const float* params, const float* m, const float* v,

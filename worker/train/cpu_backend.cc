@@ -131,8 +131,10 @@ Backend::HostState CpuBackend::StateToHost() {
   return HostState{model_.params(), optimizer_.m(), optimizer_.v()};
 }
 
-void CpuBackend::GatherMoments(std::vector<float>* m, std::vector<float>* v) {
-  LOOM_CHECK(zero_ != nullptr, "GatherMoments without ZeRO-1");
+void CpuBackend::GatherState(std::vector<float>* params, std::vector<float>* m,
+                             std::vector<float>* v) {
+  LOOM_CHECK(zero_ != nullptr, "GatherState without ZeRO-1");
+  params->clear();  // every rank holds all of the fp32 parameters
   m->assign(model_.num_params(), 0.0f);
   v->assign(model_.num_params(), 0.0f);
   zero_->Gather(optimizer_.m(), m->data());

@@ -76,7 +76,8 @@ class CpuBackend : public Backend {
   int64_t optimizer_step() const override { return optimizer_.step(); }
 
   HostState StateToHost() override;
-  void GatherMoments(std::vector<float>* m, std::vector<float>* v) override;
+  void GatherState(std::vector<float>* params, std::vector<float>* m,
+                   std::vector<float>* v) override;
   void LoadState(const float* params, const float* m, const float* v,
                  int64_t optimizer_step) override;
 

@@ -1,11 +1,13 @@
 #include "worker/train/cuda_backend.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 
 #include "kernels/cuda/check.h"
 #include "worker/train/comm/bootstrap.h"
+#include "worker/train/cuda_zero.h"
 #include "worker/train/device/cuda_memory.h"
 #include "worker/train/device/cuda_stream.h"
 #include "worker/train/error.h"
@@ -18,8 +20,14 @@
 namespace loom::train {
 namespace {
 
-// What the CUDA backend does not run yet (the header's scope), for the messages.
-constexpr const char* kNoZero = "ZeRO-1 (zero1=1) is not supported on the GPU path yet";
+// The model's master range: this dp rank's ZeRO-1 range, or the whole shard.
+GptCuda::MasterRange MasterRangeOf(const ModelDims& dims, const ModelShard& shard,
+                                   const CudaBackendOptions& o) {
+  if (!o.zero1 || o.dp == nullptr || o.dp->size() == 1) return GptCuda::MasterRange{};
+  const ZeroRange r =
+      CudaZero::RangeOf(ParamCount(ShardTable(dims, shard)), o.dp->size(), o.dp->rank());
+  return GptCuda::MasterRange{r.begin, r.end};
+}
 
 #ifdef LOOM_HAVE_NCCL
 // CudaGradSync (bf16 buckets on the communication stream) as the step loop's GradSync. Finish
@@ -51,7 +59,8 @@ class CudaGradSyncAdapter : public GradSync {
 CudaBackend::CudaBackend(const ModelDims& dims, const ModelShard& shard, uint64_t seed,
                          const CudaBackendOptions& options)
     : options_(options),
-      model_(dims, options.device, shard, shard.tp_size > 1 ? options.tp : nullptr),
+      model_(dims, options.device, shard, shard.tp_size > 1 ? options.tp : nullptr,
+             MasterRangeOf(dims, shard, options)),
       timer_(model_.stream()) {
   model_.InitWeights(seed);
   for (NcclCommunicator* c :
@@ -61,7 +70,10 @@ CudaBackend::CudaBackend(const ModelDims& dims, const ModelShard& shard, uint64_
       c->SetComputeStream(model_.stream());
     }
   }
-  if (options_.dp != nullptr && options_.dp->size() > 1) {
+  if (options_.dp != nullptr && options_.dp->size() > 1 && options_.zero1) {
+    dp_size_ = options_.dp->size();
+    zero_ = std::make_unique<CudaZero>(&model_, options_.dp, options_.zero_piece);
+  } else if (options_.dp != nullptr && options_.dp->size() > 1) {
     dp_size_ = options_.dp->size();
 #ifdef LOOM_HAVE_NCCL
     sync_ = std::make_unique<CudaGradSyncAdapter>(&model_, options_.dp, options_.bucket_bytes);
@@ -75,6 +87,7 @@ CudaBackend::CudaBackend(const ModelDims& dims, const ModelShard& shard, uint64_
 
 CudaBackend::~CudaBackend() {
   sync_.reset();
+  zero_.reset();
   LOOM_CUDA_CHECK(cudaStreamSynchronize(model_.stream()));
   model_.allocator()->Free(host_scalars_);
   for (void* p : stage_bufs_) model_.allocator()->Free(p);
@@ -101,8 +114,9 @@ const void* CudaBackend::Output(int slot) const { return model_.Output(slot); }
 
 void CudaBackend::BackwardMicro(int slot, float loss_scale, const void* doutput,
                                 const GradReadyFn& ready) {
-  // The buckets sum the dp ranks' gradients: each rank's share of the mean is 1/dp of its own.
-  const float scale = sync_ ? loss_scale / static_cast<float>(dp_size_) : loss_scale;
+  // The buckets (or ZeRO-1's reduce-scatter) sum the dp ranks' gradients: each rank's share of
+  // the mean is 1/dp of its own, applied here, before the bf16 sum, as the buckets always did.
+  const float scale = loss_scale / static_cast<float>(dp_size_);
   model_.BackwardMicro(slot, scale, static_cast<const GptCuda::bf16*>(doutput), ready);
 }
 
@@ -169,14 +183,16 @@ size_t CudaBackend::SumEmbeddingGrad(Communicator* emb) {
 }
 
 size_t CudaBackend::ZeroReduceScatter(float scale) {
-  (void)scale;
-  LOOM_CHECK(false, kNoZero);
-  return 0;
+  LOOM_CHECK(zero_ != nullptr, "ZeroReduceScatter without ZeRO-1");
+  // The 1/dp of the mean was applied in BackwardMicro (before the bf16 sum).
+  LOOM_CHECK(std::fabs(scale * static_cast<float>(dp_size_) - 1.0f) < 1e-6f,
+             "the GPU's ZeRO-1 applies 1/dp in backward: the trainer must ask for the dp mean");
+  return zero_->ReduceScatter();
 }
 
 size_t CudaBackend::ZeroGatherParams() {
-  LOOM_CHECK(false, kNoZero);
-  return 0;
+  LOOM_CHECK(zero_ != nullptr, "ZeroGatherParams without ZeRO-1");
+  return zero_->GatherParams();
 }
 
 double CudaBackend::OwnedGradSumSquares() { return model_.OwnedSumSquares(); }
@@ -193,10 +209,10 @@ Backend::HostState CudaBackend::StateToHost() {
   return HostState{host_state_.params.data(), host_state_.m.data(), host_state_.v.data()};
 }
 
-void CudaBackend::GatherMoments(std::vector<float>* m, std::vector<float>* v) {
-  (void)m;
-  (void)v;
-  LOOM_CHECK(false, kNoZero);
+void CudaBackend::GatherState(std::vector<float>* params, std::vector<float>* m,
+                              std::vector<float>* v) {
+  LOOM_CHECK(zero_ != nullptr, "GatherState without ZeRO-1");
+  zero_->GatherState(params, m, v);
 }
 
 void CudaBackend::LoadState(const float* params, const float* m, const float* v,
@@ -259,10 +275,6 @@ std::unique_ptr<Backend> MakeCudaRankBackend(const JobConfig& config, const Batc
     throw BadInput("--device", "no CUDA device " + std::to_string(device) + " (this machine has " +
                                    std::to_string(count) + ")");
   }
-  if (shape.zero1 && shape.dp_size > 1) {
-    throw BadInput("--device",
-                   std::string(kNoZero) + "; drop zero1 from the layout or use --device cpu");
-  }
   const int world = shape.dp_size * shape.tp_size * shape.pp_size;
   if (world == 1) {
     *groups = ProcessGroups::Alone();
@@ -323,6 +335,7 @@ std::unique_ptr<Backend> MakeCudaRankBackend(const JobConfig& config, const Batc
   o.emb = dynamic_cast<NcclCommunicator*>(groups->emb.get());
   o.pp_grad = dynamic_cast<NcclCommunicator*>(groups->pp_grad.get());
   o.bucket_bytes = bucket_bytes;
+  o.zero1 = shape.zero1 && shape.dp_size > 1;
   const ModelShard shard{shape.tp_size, shape.tp_rank, shape.first_block(), shape.last_block()};
   return std::make_unique<CudaBackend>(config.model, shard, config.seed, o);
 }

@@ -7,8 +7,8 @@
 // Layouts: any data x tensor x pipeline layout (the model holds the rank's ModelShard: its
 // stage's blocks and its tensor-parallel slice, model/gpt_cuda.h). Stage buffers are bf16
 // (B, T, C) device buffers, moved by the pipeline communicator as raw bytes (stage_floats() fp32
-// words). The optimizer state is not sharded yet (no ZeRO-1): run.cc refuses that layout on the
-// GPU with a clear message, and the ZeRO calls here fail a LOOM_CHECK.
+// words). ZeRO-1 (zero1 with dp > 1): the model holds the masters and moments of its dp rank's
+// range only, and cuda_zero.h moves the gradients and parameters between the ranks.
 //
 // Communicators: the groups handed in are NcclCommunicators on this backend's device; the
 // backend makes each one order its work after the model's stream (SetComputeStream).
@@ -40,6 +40,7 @@
 namespace loom::train {
 
 class CudaGradSync;
+class CudaZero;
 
 struct CudaBackendOptions {
   AdamWConfig adam;
@@ -52,6 +53,10 @@ struct CudaBackendOptions {
   NcclCommunicator* emb = nullptr;      // the tied embedding's gradient (first and last stage)
   NcclCommunicator* pp_grad = nullptr;  // the pipeline's gradient messages (ProcessGroups)
   size_t bucket_bytes = kDefaultBucketBytes;
+  // ZeRO-1 over `dp` (size > 1) instead of the gradient buckets; the elements per rank of one
+  // of its collectives (CudaZero::kDefaultPiece unless a test exercises the pieces).
+  bool zero1 = false;
+  size_t zero_piece = size_t{1} << 20;
 };
 
 class CudaBackend : public Backend {
@@ -88,15 +93,16 @@ class CudaBackend : public Backend {
   size_t SumEmbeddingGrad(Communicator* emb) override;
   size_t ZeroReduceScatter(float scale) override;
   size_t ZeroGatherParams() override;
-  size_t update_begin() const override { return 0; }
-  size_t update_end() const override { return model_.num_params(); }
+  size_t update_begin() const override { return model_.range_begin(); }
+  size_t update_end() const override { return model_.range_end(); }
   double GradNorm() override { return model_.GradNorm(); }  // one rank: every tensor owned
   double OwnedGradSumSquares() override;
   void ClipAndUpdate(double grad_norm, double max_norm, float lr) override;
   int64_t optimizer_step() const override { return optimizer_step_; }
 
   HostState StateToHost() override;
-  void GatherMoments(std::vector<float>* m, std::vector<float>* v) override;
+  void GatherState(std::vector<float>* params, std::vector<float>* m,
+                   std::vector<float>* v) override;
   void LoadState(const float* params, const float* m, const float* v,
                  int64_t optimizer_step) override;
 
@@ -120,7 +126,8 @@ class CudaBackend : public Backend {
   CudaBackendOptions options_;
   GptCuda model_;
   CudaPhaseTimer timer_;
-  std::unique_ptr<GradSync> sync_;  // dp > 1
+  std::unique_ptr<GradSync> sync_;  // dp > 1 without ZeRO-1
+  std::unique_ptr<CudaZero> zero_;  // dp > 1 with ZeRO-1
   int64_t optimizer_step_ = 0;      // AdamW's step count (bias correction)
   int dp_size_ = 1;
   float* host_scalars_ = nullptr;  // (kHostScalars) fp32 device staging for AllReduceHost
@@ -138,9 +145,9 @@ class CudaBackend : public Backend {
 };
 
 // The CudaBackendFactory of the CUDA build (run.h, RunOptions::cuda_backend): checks that
-// `device` exists and that the layout is one this backend runs (no ZeRO-1 yet; InputError
-// otherwise, before connecting), connects the rank's NCCL groups of more than one rank (a build
-// without NCCL refuses them: InputError), and builds the backend for the rank's shard.
+// `device` exists (InputError otherwise, before connecting), connects the rank's NCCL groups of
+// more than one rank (a build without NCCL refuses them: InputError), and builds the backend for
+// the rank's shard.
 std::unique_ptr<Backend> MakeCudaRankBackend(const JobConfig& config, const BatchShape& shape,
                                              int device, const RendezvousConfig& rendezvous,
                                              size_t bucket_bytes, ProcessGroups* groups);

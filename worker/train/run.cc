@@ -198,9 +198,6 @@ std::string CudaUnsupported(const Flags& flags, const BatchShape& shape,
   if (shape.dp_size * shape.tp_size * shape.pp_size > 1 && !options.cuda_data_parallel) {
     return "more than one GPU rank needs NCCL, and this loom-train was built without it " + layout;
   }
-  if (shape.dp_size > 1 && shape.zero1) {
-    return "ZeRO-1 (zero1=1) is not supported on the GPU path yet; drop it from LOOM_LAYOUT";
-  }
   if (!flags.init_from_llmc.empty() || !flags.export_llmc.empty()) {
     return "llm.c model files (--init-from-llmc, --export-llmc) are not supported on the GPU "
            "path yet; use --device cpu";

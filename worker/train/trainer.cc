@@ -440,11 +440,13 @@ std::string Trainer::Save(const std::string& root, int64_t generation) {
 
   // Under ZeRO-1 every dp rank holds a range of the moments: gather them (a dp collective, so
   // every dp rank takes part) for the writer.
-  std::vector<float> m_full, v_full;
+  std::vector<float> p_full, m_full, v_full;
+  const float* params = state.params;
   const float* m = state.m;
   const float* v = state.v;
   if (zero1()) {
-    backend_->GatherMoments(&m_full, &v_full);
+    backend_->GatherState(&p_full, &m_full, &v_full);
+    if (!p_full.empty()) params = p_full.data();  // the GPU shards its master weights too
     m = m_full.data();
     v = v_full.data();
   }
@@ -454,7 +456,7 @@ std::string Trainer::Save(const std::string& root, int64_t generation) {
   std::string staging;
   if (shape_.dp_rank == 0) {
     staging = StageCheckpoint(root, step_, generation);
-    WriteShard(staging, ShardName(shape_.pp_rank, shape_.tp_rank), table, state.params, m, v);
+    WriteShard(staging, ShardName(shape_.pp_rank, shape_.tp_rank), table, params, m, v);
   }
   comms_.world->Barrier()->Wait();
   std::string dir = root + "/" + CheckpointDirName(step_);

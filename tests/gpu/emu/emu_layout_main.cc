@@ -1,7 +1,7 @@
 // The layout invariance matrix of issue 14 on emulated GPU ranks: the CUDA backend (GptCuda in
 // bf16 with fp32 masters) behind the one step loop (Trainer), under data, tensor and pipeline
-// parallelism, against the CPU trainer (fp32, one rank) on the same seed, data and global batch
-// (DESIGN.md, "The invariance principle"; bf16 against fp32 within a few percent).
+// parallelism and ZeRO-1, against the CPU trainer (fp32, one rank) on the same seed, data and
+// global batch (DESIGN.md, "The invariance principle"; bf16 against fp32 within a few percent).
 //
 // Every rank of a layout is a host thread of this process with its own CudaBackend on the one
 // emulated device; ThreadNccl (thread_nccl.h, a test role) stands in for NCCL, one group
@@ -10,8 +10,8 @@
 // Checks, each a PASS/FAIL line:
 //   a. per layout: every step's loss within kLossTol of the CPU run's, and the same on every
 //      rank (the trainer shares it); the gradient norm within kNormTol;
-//   b. a checkpoint written at step kSaveAt by the GPU ranks of the first layout resumes under
-//      another GPU layout and on the CPU, and both continue the CPU run's curve.
+//   b. a checkpoint written at step 1 by the GPU ranks of the last layout resumes under other
+//      GPU layouts and on the CPU, and each continues the CPU run's curve.
 //
 // Usage: emu_layout_check [steps] [quick]   (default 3 steps; "quick": the short matrix of
 // scripts/test.sh, two layouts). Prints the table and exits non-zero on any failure.
@@ -60,10 +60,11 @@ double Rel(double a, double b) { return std::fabs(a - b) / std::max(std::fabs(b)
 struct LayoutCase {
   int dp = 1, tp = 1, pp = 1;
   std::string schedule = "1f1b";
+  bool zero1 = false;
   int world() const { return dp * tp * pp; }
   std::string Name() const {
     return "dp" + std::to_string(dp) + " tp" + std::to_string(tp) + " pp" + std::to_string(pp) +
-           " " + schedule;
+           " " + schedule + (zero1 ? " zero1" : "");
   }
 };
 
@@ -92,6 +93,7 @@ BatchShape ShapeOf(const JobConfig& c, const LayoutCase& l, int rank) {
   env.layout.micro_batch = 1;
   env.layout.num_micro_batches = kSequences / l.dp;
   env.layout.schedule = l.schedule;
+  env.layout.zero1 = l.zero1;
   return ResolveBatchShape(c, env);
 }
 
@@ -141,6 +143,8 @@ std::unique_ptr<Rank> MakeRank(const JobConfig& c, const Dataset& data, const La
   o.emb = nccl(g.emb);
   o.pp_grad = nccl(g.pp_grad);
   o.bucket_bytes = 16 << 10;  // several buckets even for tiny
+  o.zero1 = shape.zero1 && shape.dp_size > 1;
+  o.zero_piece = 4096;  // ZeRO-1's collectives in several pieces even for tiny
   const ModelShard shard{shape.tp_size, shape.tp_rank, shape.first_block(), shape.last_block()};
   auto backend = std::make_unique<CudaBackend>(c.model, shard, c.seed, o);
   TrainerOptions options;
@@ -232,12 +236,11 @@ int main(int argc, char** argv) {
   std::printf("== the CPU reference: tiny, %d sequences of %d tokens per step, %d steps\n",
               kSequences, kSeqLen, steps);
 
-  std::vector<LayoutCase> matrix = {{1, 2, 1, "1f1b"},
-                                    {1, 1, 2, "1f1b"},
-                                    {1, 1, 2, "gpipe"},
-                                    {2, 2, 2, "1f1b"},
-                                    {2, 1, 2, "gpipe"}};
-  if (quick) matrix = {{1, 2, 1, "1f1b"}, {2, 1, 2, "1f1b"}};
+  // The last layout writes the checkpoint below (ZeRO-1: its masters and moments gathered).
+  std::vector<LayoutCase> matrix = {
+      {1, 2, 1, "1f1b"},  {1, 1, 2, "1f1b"},       {1, 1, 2, "gpipe"},     {2, 2, 2, "1f1b"},
+      {2, 1, 2, "gpipe"}, {2, 2, 1, "1f1b", true}, {2, 1, 2, "1f1b", true}};
+  if (quick) matrix = {{1, 2, 1, "1f1b"}, {2, 1, 2, "1f1b", true}};
   int run = 0;
   for (const LayoutCase& l : matrix) {
     std::printf("== %s (%d emulated GPU ranks)\n", l.Name().c_str(), l.world());
@@ -257,12 +260,16 @@ int main(int argc, char** argv) {
   RunLayout(c, data, writer, "run" + std::to_string(run++), nullptr, 1, dir, 1);
   const std::string saved = dir + "/step-000001";
   Report(std::filesystem::exists(saved + "/manifest.json"), "the checkpoint is committed");
-  const LayoutCase reader = matrix.front();
-  std::printf("== resumed under %s\n", reader.Name().c_str());
-  const std::vector<StepResult> resumed = RunLayout(
-      c, data, reader, "run" + std::to_string(run++), [&](int, Trainer& t) { t.Resume(saved); },
-      steps);
-  Compare("resumed under " + reader.Name(), resumed, cpu);
+  // Resumed under the first layout, and (unless quick) under ZeRO-1 with another dp split.
+  std::vector<LayoutCase> readers = {matrix.front()};
+  if (!quick) readers.push_back({2, 2, 1, "1f1b", true});
+  for (const LayoutCase& reader : readers) {
+    std::printf("== resumed under %s\n", reader.Name().c_str());
+    const std::vector<StepResult> resumed = RunLayout(
+        c, data, reader, "run" + std::to_string(run++), [&](int, Trainer& t) { t.Resume(saved); },
+        steps);
+    Compare("resumed under " + reader.Name(), resumed, cpu);
+  }
   std::printf("== resumed on the CPU\n");
   {
     Trainer t(c, ShapeOf(c, LayoutCase{}, 0), data, TrainerComms{}, TrainerOptions{});

@@ -33,7 +33,8 @@ constexpr const char* kTensorNames[kNumParamTensors] = {
 
 }  // namespace
 
-GptCuda::GptCuda(const ModelDims& dims, int device, const ModelShard& shard, NcclCommunicator* tp)
+GptCuda::GptCuda(const ModelDims& dims, int device, const ModelShard& shard, NcclCommunicator* tp,
+                 MasterRange range)
     : dims_(dims), device_(device), shard_(shard) {
   LOOM_CHECK(DimsProblem(dims).empty(), "invalid model dimensions: " + DimsProblem(dims));
   const std::string problem = ShardProblem(dims, shard);
@@ -64,15 +65,54 @@ GptCuda::GptCuda(const ModelDims& dims, int device, const ModelShard& shard, Ncc
   mlp_local_ = 4 * dims.channels / shard_.tp_size;
   num_params_ = ParamCount(table_);
   layout_ = MakePaddedLayout(table_, kVocabMultiple);
+  range_.begin = range.begin;
+  range_.end = std::min(range.end, num_params_);
+  LOOM_CHECK(range_.begin <= range_.end, "the master range starts past the shard's parameters");
   const size_t n = layout_.total;
+  // An empty range (a ZeRO-1 rank past the end) still gets one element: no zero-byte blocks.
+  const size_t held = std::max<size_t>(range_.end - range_.begin, 1);
   params_ = static_cast<bf16*>(Alloc(n * sizeof(bf16)));
   grads_ = static_cast<bf16*>(Alloc(n * sizeof(bf16)));
-  master_ = static_cast<float*>(Alloc(n * sizeof(float)));
-  m_ = static_cast<float*>(Alloc(n * sizeof(float)));
-  v_ = static_cast<float*>(Alloc(n * sizeof(float)));
+  master_ = static_cast<float*>(Alloc(held * sizeof(float)));
+  m_ = static_cast<float*>(Alloc(held * sizeof(float)));
+  v_ = static_cast<float*>(Alloc(held * sizeof(float)));
   norm_partials_ = static_cast<float*>(Alloc(launch::kGradNormBlocks * sizeof(float)));
   norm_out_ = static_cast<float*>(Alloc(kNumParamTensors * sizeof(float)));
   param_blocks_ = {params_, grads_, master_, m_, v_, norm_partials_, norm_out_};
+  if (!whole_range()) {
+    staging_ = static_cast<float*>(Alloc(kStagingFloats * sizeof(float)));
+    param_blocks_.push_back(staging_);
+  }
+}
+
+void GptCuda::ForEachSpan(size_t lo, size_t hi,
+                          const std::function<void(int, size_t, size_t, size_t)>& fn) const {
+  hi = std::min(hi, num_params_);
+  for (int i = 0; i < kNumParamTensors && lo < hi; ++i) {
+    const TensorInfo& t = table_[i];
+    if (t.numel == 0) continue;
+    const size_t a = std::max(lo, t.offset), b = std::min(hi, t.offset + t.numel);
+    if (a >= b) continue;
+    // wte's padding rows follow its V real rows: the first numel elements map one to one.
+    fn(i, layout_.offset[i] + (a - t.offset), a, b - a);
+  }
+}
+
+void GptCuda::UploadParams(const float* host_table) {
+  LOOM_CUDA_CHECK(cudaMemsetAsync(params_, 0, layout_.total * sizeof(bf16), stream_));
+  float* staging = whole_range() ? master_ : staging_;
+  const size_t piece = whole_range() ? std::max<size_t>(num_params_, 1) : kStagingFloats;
+  for (size_t lo = 0; lo < num_params_; lo += piece) {
+    const size_t n = std::min(piece, num_params_ - lo);
+    // A pageable source: the copy has read it when the call returns.
+    LOOM_CUDA_CHECK(cudaMemcpyAsync(staging, host_table + lo, n * sizeof(float),
+                                    cudaMemcpyHostToDevice, stream_));
+    ForEachSpan(lo, lo + n, [&](int, size_t dev, size_t table, size_t count) {
+      kc::cast_f32_to_bf16(params_ + dev, staging + (table - lo), static_cast<long>(count),
+                           stream_);
+    });
+  }
+  LOOM_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
 GptCuda::~GptCuda() {
@@ -112,17 +152,7 @@ void GptCuda::InitWeights(uint64_t seed) {
   // The CPU model's initialisation, bit for bit, then the padded device layout.
   std::vector<float> host(num_params_);
   InitParams(host.data(), table_, dims_.layers, seed);
-  std::vector<float> padded(layout_.total);  // wte's padding rows are 0
-  PadToDevice(layout_, table_, host.data(), padded.data());
-  const size_t n = layout_.total;
-  LOOM_CUDA_CHECK(
-      cudaMemcpyAsync(master_, padded.data(), n * sizeof(float), cudaMemcpyHostToDevice, stream_));
-  kc::cast_f32_to_bf16(params_, master_, static_cast<long>(n), stream_);
-  LOOM_CUDA_CHECK(cudaMemsetAsync(m_, 0, n * sizeof(float), stream_));
-  LOOM_CUDA_CHECK(cudaMemsetAsync(v_, 0, n * sizeof(float), stream_));
-  LOOM_CUDA_CHECK(cudaMemsetAsync(grads_, 0, n * sizeof(bf16), stream_));
-  // `padded` is a pageable host buffer: wait before it goes away.
-  LOOM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  LoadState(host.data(), nullptr, nullptr);
 }
 
 void GptCuda::Reserve(int B, int T, int slots) {
@@ -495,44 +525,40 @@ double GptCuda::GradNorm() {
 }
 
 double GptCuda::OwnedSumSquares() {
-  // One sum per owned tensor (the padding rows of wte are zeros), then one copy back.
+  // One sum per owned tensor's span of the range (at most one each: the range is contiguous;
+  // the padding rows of wte lie outside every span), then one copy back.
   float sums[kNumParamTensors] = {};
-  for (int i = 0; i < kNumParamTensors; ++i) {
-    if (layout_.numel[i] == 0 || !table_[i].owner) continue;
-    kc::sum_of_squares(norm_out_ + i, norm_partials_, grads_ + layout_.offset[i],
-                       static_cast<long>(layout_.numel[i]), stream_);
-  }
+  bool summed[kNumParamTensors] = {};
+  ForEachSpan(range_.begin, range_.end, [&](int i, size_t dev, size_t, size_t n) {
+    if (!table_[i].owner) return;
+    kc::sum_of_squares(norm_out_ + i, norm_partials_, grads_ + dev, static_cast<long>(n), stream_);
+    summed[i] = true;
+  });
   LOOM_CUDA_CHECK(cudaMemcpyAsync(sums, norm_out_, sizeof(sums), cudaMemcpyDeviceToHost, stream_));
   LOOM_CUDA_CHECK(cudaStreamSynchronize(stream_));
   double total = 0.0;
   for (int i = 0; i < kNumParamTensors; ++i) {
-    if (layout_.numel[i] != 0 && table_[i].owner) total += static_cast<double>(sums[i]);
+    if (summed[i]) total += static_cast<double>(sums[i]);
   }
   return total;
 }
 
 void GptCuda::Update(const AdamWConfig& config, float lr, float grad_scale, int64_t t) {
   LOOM_CHECK(t >= 1, "the AdamW step is 1-based");
-  for (int i = 0; i < kNumParamTensors; ++i) {
-    const size_t off = layout_.offset[i];
-    const long n = static_cast<long>(layout_.numel[i]);
-    if (n == 0) continue;
+  // The range's span of each tensor (wte's padding rows are outside: they stay zero).
+  ForEachSpan(range_.begin, range_.end, [&](int i, size_t dev, size_t table, size_t n) {
+    const size_t local = table - range_.begin;
     // Weight decay on matrices only (TensorInfo::decay), as the CPU optimizer.
     const float decay = table_[i].decay ? config.weight_decay : 0.0f;
-    kc::adamw_update(master_ + off, params_ + off, grads_ + off, m_ + off, v_ + off, n, lr,
-                     config.beta1, config.beta2, config.eps, decay, static_cast<int>(t), grad_scale,
-                     stream_);
-  }
+    kc::adamw_update(master_ + local, params_ + dev, grads_ + dev, m_ + local, v_ + local,
+                     static_cast<long>(n), lr, config.beta1, config.beta2, config.eps, decay,
+                     static_cast<int>(t), grad_scale, stream_);
+  });
 }
 
 std::vector<float> GptCuda::ParamsToHost() {
-  std::vector<float> padded(layout_.total);
-  LOOM_CUDA_CHECK(cudaMemcpyAsync(padded.data(), master_, layout_.total * sizeof(float),
-                                  cudaMemcpyDeviceToHost, stream_));
-  LOOM_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  std::vector<float> out(num_params_);
-  UnpadFromDevice(layout_, table_, padded.data(), out.data());
-  return out;
+  LOOM_CHECK(whole_range(), "ParamsToHost needs every master weight on this rank (no ZeRO-1)");
+  return StateToHost().params;
 }
 
 }  // namespace loom::train

@@ -27,6 +27,13 @@
 // padded logits' gradient, and dlogits is zeroed first) and so stay zero under AdamW; every
 // other tensor sits at its table offset plus the padding, element for element as on the CPU.
 //
+// Optimizer range (ZeRO-1): the fp32 master weights and the AdamW moments are held, and
+// updated, for one contiguous range [begin, end) of the shard's table only (MasterRange; the whole
+// table by default). They are stored in the table's layout from `begin` (no padding rows), so a
+// range maps to at most one span per tensor of the padded device buffers (ForEachSpan). The bf16
+// parameters and gradients are always the whole shard's: the data-parallel collectives of ZeRO-1
+// (cuda_zero.h) fill in the other ranges.
+//
 // Threading: one host thread; all work is enqueued on the model's stream.
 #ifndef LOOM_WORKER_TRAIN_MODEL_GPT_CUDA_H_
 #define LOOM_WORKER_TRAIN_MODEL_GPT_CUDA_H_
@@ -49,6 +56,13 @@
 
 namespace loom::train {
 
+// The part of a shard's table whose masters and moments a GptCuda holds (the header comment);
+// end is clipped to num_params() (SIZE_MAX: everything).
+struct GptCudaMasterRange {
+  size_t begin = 0;
+  size_t end = SIZE_MAX;
+};
+
 class GptCuda {
  public:
   using bf16 = loom::kernels::cuda::bf16;
@@ -57,13 +71,16 @@ class GptCuda {
   // GEMM's dimension is aligned; padded_layout.h).
   static constexpr int kVocabMultiple = 64;
 
+  using MasterRange = GptCudaMasterRange;
+
   // Selects `device` (cudaSetDevice), creates the stream, the GEMM context and the allocator,
   // and allocates the parameter-shaped buffers of `shard` (uninitialised: call InitWeights).
   // Dims must be valid and ShardProblem(dims, shard) empty. `tp` is the tensor-parallel group
   // on `device` (size shard.tp_size, rank shard.tp_rank; outlives the model), nullptr when
   // tp_size == 1. Throws OutOfMemoryError when the device cannot hold the buffers.
+  // `range` selects the masters and moments held (begin <= num_params, the header comment).
   GptCuda(const ModelDims& dims, int device, const ModelShard& shard = ModelShard{},
-          NcclCommunicator* tp = nullptr);
+          NcclCommunicator* tp = nullptr, MasterRange range = MasterRange{});
   // Synchronises the stream, then frees everything.
   ~GptCuda();
   GptCuda(const GptCuda&) = delete;
@@ -71,7 +88,8 @@ class GptCuda {
 
   // GPT-2 initialisation exactly as the CPU model's (InitParams of the shard table into a host
   // fp32 buffer, same seed: every shard starts from its slice of the single-rank model),
-  // uploaded as the fp32 master weights and cast to the bf16 parameters. Zeroes the moments.
+  // uploaded as the fp32 master weights (of the range) and cast to the bf16 parameters (all of
+  // them). Zeroes the moments.
   void InitWeights(uint64_t seed);
 
   // Lays out the activations and backward scratch for micro-batches (B, T) in `slots`
@@ -121,32 +139,35 @@ class GptCuda {
   // the device; synchronises the stream).
   double GradNorm();
   // Sum of squares of the gradients of the tensors this rank owns (TensorInfo::owner: each
-  // tensor once over the tp group and the stages), in double on the host: this rank's term of
-  // the world's norm. Synchronises the stream.
+  // tensor once over the tp group and the stages) within the master range, in double on the
+  // host: this rank's term of the world's norm. Synchronises the stream.
   double OwnedSumSquares();
 
-  // One AdamW step at learning rate lr on every tensor held (weight decay on TensorInfo::decay
-  // tensors only, as on the CPU), with the gradients multiplied by grad_scale (clipping).
+  // One AdamW step at learning rate lr on the master range (weight decay on TensorInfo::decay
+  // tensors only, as on the CPU), with the gradients multiplied by grad_scale (clipping); the
+  // bf16 parameters of the range follow.
   // `t` is the 1-based optimizer step. Enqueued.
   void Update(const AdamWConfig& config, float lr, float grad_scale, int64_t t);
 
-  // The parameters as fp32 on the host, laid out by tensors() (the unpadded table): for tests
-  // and checkpoints. Synchronises.
+  // The parameters as fp32 on the host, laid out by tensors() (the unpadded table): for tests.
+  // Needs the whole table as the master range. Synchronises.
   std::vector<float> ParamsToHost();
 
-  // The fp32 master weights and AdamW moments, on the host in the table's layout (tensors(),
-  // unpadded): what a checkpoint saves, the same format as the CPU model's. Synchronises.
+  // The fp32 master weights and AdamW moments of the master range, on the host in the table's
+  // layout (tensors(), unpadded, from range_begin()): what a checkpoint saves, the same format
+  // as the CPU model's. Synchronises.
   struct HostState {
-    std::vector<float> params;  // (num_params)
-    std::vector<float> m;       // (num_params)
-    std::vector<float> v;       // (num_params)
+    std::vector<float> params;  // (range_end - range_begin)
+    std::vector<float> m;       // (range_end - range_begin)
+    std::vector<float> v;       // (range_end - range_begin)
   };
   HostState StateToHost();
 
-  // Replaces the master weights and the moments with host buffers in the table's layout
-  // (num_params floats each; m and v both nullptr means zero moments), re-derives the bf16
-  // parameters (wte's padding rows zero) and zeroes the gradients: what resuming from a
-  // checkpoint, written on a GPU or a CPU, loads. Synchronises.
+  // Replaces the parameters (params: num_params floats in the table's layout; the bf16 copy of
+  // all of them, wte's padding rows zero, and the masters of the range) and the moments of the
+  // range (m, v: range_end - range_begin floats each; both nullptr means zero moments), and
+  // zeroes the gradients: what resuming from a checkpoint, written on a GPU or a CPU, loads.
+  // Synchronises.
   void LoadState(const float* params, const float* m, const float* v);
 
   const ModelDims& dims() const { return dims_; }
@@ -159,6 +180,20 @@ class GptCuda {
   // The shard's table (ShardTable; numel 0 for the tensors not held here).
   const std::vector<TensorInfo>& tensors() const { return table_; }
   size_t num_params() const { return num_params_; }
+  size_t range_begin() const { return range_.begin; }
+  size_t range_end() const { return range_.end; }
+  bool whole_range() const { return range_.begin == 0 && range_.end == num_params_; }
+  // Calls fn(tensor, device_offset, table_offset, n) for each piece of the table range
+  // [lo, hi) (clipped to num_params), one per tensor it crosses, in table order: where those
+  // elements sit in the padded device buffers (params, grads).
+  void ForEachSpan(size_t lo, size_t hi,
+                   const std::function<void(int, size_t, size_t, size_t)>& fn) const;
+  // The bf16 parameters (num_dev_params, padded layout) and the range's fp32 masters and
+  // moments (range_end - range_begin, table layout): for ZeRO-1's collectives.
+  bf16* params() { return params_; }
+  float* master() { return master_; }
+  float* moment1() { return m_; }
+  float* moment2() { return v_; }
   int padded_vocab() const { return layout_.padded_vocab; }
   // Where each tensor sits in the parameter-shaped device buffers (padded_layout.h).
   const PaddedLayout& layout() const { return layout_; }
@@ -230,6 +265,9 @@ class GptCuda {
   void TpAllReduce(bf16* buf, size_t n);
   // The residual stream entering local block l: encoded, or the previous block's residual3.
   bf16* BlockInput(int l) const;
+  // params_ := bf16 of host_table (num_params, the table's layout), padding rows zero; through
+  // master_ (whole range) or staging_. Synchronises.
+  void UploadParams(const float* host_table);
 
   ModelDims dims_;
   int device_ = 0;
@@ -251,9 +289,12 @@ class GptCuda {
   std::vector<void*> act_blocks_;    // freed on a new Reserve and in the destructor
   bf16* params_ = nullptr;           // (num_dev_params) bf16 copy the passes read
   bf16* grads_ = nullptr;            // (num_dev_params)
-  float* master_ = nullptr;          // (num_dev_params) fp32
-  float* m_ = nullptr;               // (num_dev_params) fp32 AdamW first moment
-  float* v_ = nullptr;               // (num_dev_params) fp32 AdamW second moment
+  MasterRange range_;                // resolved: end <= num_params_
+  float* master_ = nullptr;          // (range) fp32, the table's layout from range_.begin
+  float* m_ = nullptr;               // (range) fp32 AdamW first moment
+  float* v_ = nullptr;               // (range) fp32 AdamW second moment
+  float* staging_ = nullptr;         // (kStagingFloats) fp32 uploads; only when !whole_range()
+  static constexpr size_t kStagingFloats = size_t{1} << 18;
   float* norm_partials_ = nullptr;   // (kGradNormBlocks) fp32
   float* norm_out_ = nullptr;        // (kNumParamTensors) fp32: one sum of squares per tensor
   int B_ = 0, T_ = 0;
