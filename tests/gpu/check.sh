@@ -7,6 +7,10 @@
 #   3. throughput of gpt2-124m (T=1024, bf16, the largest micro-batch that fits) for loom-train
 #      and, in the same run, for a plain PyTorch model (eager and torch.compile);
 #   4. a table of every figure.
+# Between 2 and 3, the multi-GPU part (2c, 2d): the communication check (loom-gpu-comm-check:
+# all-reduce, reduce-scatter, all-gather, send/recv, correctness and bus bandwidth; on one GPU a
+# short one-rank run) and, with more than one GPU, the layout invariance matrix on devices (data,
+# tensor, pipeline parallelism and ZeRO-1 against the CPU run of the same job).
 # Steps 2 and 3 (Loom side) run only when `loom-train --help` advertises a CUDA training path: a
 # line with the flag `--device` that names `cuda` (e.g. "--device cpu|cuda"). Everything the
 # script cannot do here (no GPU, no PyTorch, no such path) is printed as SKIPPED, and it exits 0.
@@ -117,6 +121,9 @@ else
     if grep -q 'loom-gpu-op-check' "$OUT/targets.txt"; then
       TARGETS+=(loom-gpu-op-check)
     fi
+    if grep -q 'loom-gpu-comm-check' "$OUT/targets.txt"; then
+      TARGETS+=(loom-gpu-comm-check)
+    fi
     # The device runtime's own test (allocator, streams, phase timer), where GTest exists.
     if grep -q 'train_device_cuda_test' "$OUT/targets.txt"; then
       TARGETS+=(train_device_cuda_test)
@@ -134,6 +141,9 @@ else
 fi
 TRAIN=$BUILD/bin/loom-train
 OPCHECK=$BUILD/bin/loom-gpu-op-check
+COMMCHECK=$BUILD/bin/loom-gpu-comm-check
+NGPU=0
+((HAVE_GPU)) && NGPU=$(grep -c '^GPU' "$OUT/gpus.txt" || true)
 
 # ---------------------------------------------------------------------------------------------
 section "1. CUDA ops against the CPU reference"
@@ -267,6 +277,95 @@ if ((HAVE_CUDA_TRAIN && HAVE_GPU)); then
 else
   echo "$NO_PATH"
   row 2 "small: GPU vs CPU losses" "$NO_PATH"
+fi
+
+# ---------------------------------------------------------------------------------------------
+section "2c. multi-GPU: communication check ($NGPU GPU(s))"
+if [[ ! -x $COMMCHECK ]]; then
+  echo "SKIPPED: $COMMCHECK was not built (no NCCL, or the build failed)"
+  row 2c "comm check" "SKIPPED: no loom-gpu-comm-check"
+elif ((!HAVE_GPU)); then
+  echo "SKIPPED: no CUDA device"
+  row 2c "comm check" "SKIPPED: no CUDA device"
+else
+  # One GPU: a short run (NCCL's one-rank path still proves the build and the checks); more: up
+  # to 256 MiB, nccl-tests' range for bus bandwidth.
+  max_bytes=$((NGPU > 1 ? 256 << 20 : 16 << 20))
+  rc=0
+  run "$OUT/comm-check.txt" "$(limit 90 120)" "$COMMCHECK" --max-bytes "$max_bytes" \
+    --json "$OUT/comm-check.jsonl" || rc=$?
+  if ((rc == 0)) && grep -q '^OK' "$OUT/comm-check.txt"; then
+    best=$("$PYTHON" - "$OUT/comm-check.jsonl" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+ar = [r for r in rows if r["op"] == "all_reduce_bf16"]
+big = max(ar, key=lambda r: r["bytes"]) if ar else None
+print(f"all-reduce bf16 {big['bytes'] >> 20} MiB: busbw {big['busbw_gb_s']:.1f} GB/s" if big else "")
+EOF
+    )
+    row 2c "comm check ($NGPU GPU)" "PASS ($best)"
+  elif ((rc == 124)); then
+    fail 2c "comm check" "timed out"
+  else
+    fail 2c "comm check" "exit $rc; see $OUT/comm-check.txt"
+  fi
+fi
+
+section "2d. multi-GPU: layouts on devices against the CPU (tiny, 20 steps)"
+# Each layout: its ranks as processes on GPUs 0..W-1 meeting in a file store, rank 0's losses
+# against one CPU rank of the same job (bf16 against fp32: within 5 %).
+if ((HAVE_CUDA_TRAIN && NGPU > 1)); then
+  LAYOUT_JOB=(--preset tiny --steps 20 --seed 1234 --seq-len 64 --global-batch-tokens 512
+    --data-builtin tiny-corpus --quiet)
+  rc=0
+  timeout "$(limit 60 60)" "$TRAIN" "${LAYOUT_JOB[@]}" --batch 1 --device cpu \
+    >"$OUT/layout-cpu.jsonl" 2>"$OUT/layout-cpu.err" || rc=$?
+  if ((rc != 0)); then
+    fail 2d "layouts: CPU reference" "exit $rc; see $OUT/layout-cpu.err"
+  else
+    # data,tensor,pipeline,schedule,zero1 (8 sequences per step: micro-batches of one).
+    LAYOUTS=("2,1,1,1f1b,0" "1,2,1,1f1b,0" "1,1,2,1f1b,0" "1,1,2,gpipe,0" "2,1,1,1f1b,1")
+    ((NGPU >= 4)) && LAYOUTS+=("2,2,1,1f1b,1" "2,1,2,1f1b,0")
+    ((NGPU >= 8)) && LAYOUTS+=("2,2,2,1f1b,0" "2,2,2,gpipe,1")
+    for spec in "${LAYOUTS[@]}"; do
+      IFS=, read -r d t p sched z <<<"$spec"
+      world=$((d * t * p))
+      name="data $d tensor $t pipeline $p $sched zero1 $z"
+      tag="$d$t$p$sched$z"
+      layout="data=$d,tensor=$t,pipeline=$p,micro_batch=1,num_micro_batches=$((8 / d))"
+      layout+=",schedule=$sched,zero1=$z"
+      rdv=$(mktemp -d "$OUT/rdv.XXXXXX")
+      secs=$(limit 60 60)
+      pids=()
+      for ((r = 0; r < world; ++r)); do
+        LOOM_RANK=$r LOOM_WORLD_SIZE=$world LOOM_LOCAL_RANK=$r LOOM_LAYOUT=$layout \
+          timeout "$secs" "$TRAIN" "${LAYOUT_JOB[@]}" --device cuda --rendezvous-dir "$rdv" \
+          >"$OUT/layout-$tag-r$r.jsonl" 2>"$OUT/layout-$tag-r$r.err" &
+        pids+=($!)
+      done
+      rc=0
+      for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
+      rm -rf "$rdv"
+      if ((rc != 0)); then
+        fail 2d "$name" "exit $rc; see $OUT/layout-$tag-r*.err"
+        continue
+      fi
+      read -r worst nsteps first last < <(compare_losses "$OUT/layout-$tag-r0.jsonl" \
+        "$OUT/layout-cpu.jsonl")
+      echo "$name: $nsteps steps, loss $first -> $last, max rel diff vs CPU $worst"
+      if [[ $nsteps == 20 ]] && "$PYTHON" -c "import sys; sys.exit(0 if $worst <= 0.05 else 1)"; then
+        row 2d "$name" "PASS (max rel diff $worst over 20 steps)"
+      else
+        fail 2d "$name" "max rel diff $worst over $nsteps steps (limit 0.05)"
+      fi
+    done
+  fi
+elif ((NGPU == 1)); then
+  echo "SKIPPED: one GPU (the layouts need one GPU per rank)"
+  row 2d "layouts on devices" "SKIPPED: one GPU"
+else
+  echo "$NO_PATH"
+  row 2d "layouts on devices" "$NO_PATH"
 fi
 
 # ---------------------------------------------------------------------------------------------

@@ -8,7 +8,8 @@
 # CMakeLists.txt) with plain g++ and OpenBLAS, as CMake builds them. Needs g++ (C++20), python3,
 # OpenBLAS and the CUDA headers (CUDA_HOME, default /usr/local/cuda); no GPU, no CUDA library.
 # Builds in build-emu/train/ at the repository root; rebuilds what changed (sources and the
-# headers they include). JOBS=N compiles N files at a time (default 2).
+# headers they include). JOBS=N compiles N files at a time (default 2). EMU_PARTS selects the
+# checks (below).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
@@ -107,7 +108,8 @@ for obj in "${OBJECTS[@]}"; do
 done
 DP_FLAGS=("${EMU_FLAGS[@]}" -DLOOM_HAVE_NCCL)
 for src in "$ROOT/worker/train/cuda_backend.cc" "$ROOT/worker/train/cuda_grad_sync.cc" \
-           "$EMU/thread_nccl.cc" "$EMU/emu_dp_main.cc" "$EMU/emu_layout_main.cc"; do
+           "$EMU/thread_nccl.cc" "$EMU/emu_dp_main.cc" "$EMU/emu_layout_main.cc" \
+           "$EMU/emu_comm_main.cc" "$ROOT/tests/gpu/comm_checks.cc"; do
   obj=$OUT/obj/dp_$(realpath --relative-to="$ROOT" "$src" | tr / _).o
   DP_OBJECTS+=("$obj")
   if stale "$obj"; then
@@ -118,10 +120,15 @@ for src in "$ROOT/worker/train/cuda_backend.cc" "$ROOT/worker/train/cuda_grad_sy
 done
 for job in $(jobs -p); do wait "$job" || FAILED=1; done
 ((FAILED == 0)) || { echo "train.sh: compilation failed" >&2; exit 1; }
-# link BINARY DRIVER_TO_LEAVE_OUT: the data-parallel objects without the other driver.
+# link BINARY DRIVER: the data-parallel objects with one driver (a main) of the three.
+DRIVERS=(_emu_dp_main.cc.o _emu_layout_main.cc.o _emu_comm_main.cc.o)
 link() {
-  local bin=$1 skip=$2 objs=() obj relink=0
-  for obj in "${DP_OBJECTS[@]}"; do [[ $obj == *"$skip" ]] || objs+=("$obj"); done
+  local bin=$1 keep=$2 objs=() obj relink=0 d skip
+  for obj in "${DP_OBJECTS[@]}"; do
+    skip=0
+    for d in "${DRIVERS[@]}"; do [[ $obj == *"$d" && $d != "$keep" ]] && skip=1; done
+    ((skip)) || objs+=("$obj")
+  done
   [[ -f $bin ]] || relink=1
   for obj in "${objs[@]}"; do [[ $obj -nt $bin ]] && relink=1; done
   if ((relink)); then
@@ -130,21 +137,35 @@ link() {
 }
 DP_BIN=$OUT/emu_dp_check
 LAYOUT_BIN=$OUT/emu_layout_check
-link "$DP_BIN" _emu_layout_main.cc.o
-link "$LAYOUT_BIN" _emu_dp_main.cc.o
+COMM_BIN=$OUT/emu_comm_check
+link "$DP_BIN" _emu_dp_main.cc.o
+link "$LAYOUT_BIN" _emu_layout_main.cc.o
+link "$COMM_BIN" _emu_comm_main.cc.o
 exec 9>&-
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
+# EMU_PARTS (default "single dp layout comm") picks the checks to run, e.g. EMU_PARTS=layout.
+parts=" ${EMU_PARTS:-single dp layout comm} "
 status=0
-"$BIN" "$@" || status=1
-echo
+if [[ $parts == *" single "* ]]; then
+  "$BIN" "$@" || status=1
+  echo
+fi
 # dp = 2 for as many steps as the first argument asks (default 3), at the padded vocabulary too.
-"$DP_BIN" "${1:-3}" 257 || status=1
-echo
-# The layout matrix (tensor, pipeline, both schedules, dp x tp x pp, a checkpoint across layouts
-# and onto the CPU): EMU_LAYOUT=quick runs two layouts (scripts/test.sh), off none.
-case ${EMU_LAYOUT:-full} in
-  off) ;;
-  quick) "$LAYOUT_BIN" "${1:-3}" quick || status=1 ;;
-  *) "$LAYOUT_BIN" "${1:-3}" || status=1 ;;
-esac
+if [[ $parts == *" dp "* ]]; then
+  "$DP_BIN" "${1:-3}" 257 || status=1
+  echo
+fi
+# The layout matrix (tensor, pipeline, both schedules, dp x tp x pp, ZeRO-1, a checkpoint across
+# layouts and onto the CPU): EMU_LAYOUT=quick runs two layouts (scripts/test.sh), off none.
+if [[ $parts == *" layout "* ]]; then
+  case ${EMU_LAYOUT:-full} in
+    off) ;;
+    quick) "$LAYOUT_BIN" "${1:-3}" quick || status=1 ;;
+    *) "$LAYOUT_BIN" "${1:-3}" || status=1 ;;
+  esac
+fi
+# The communication check's core (tests/gpu/comm_checks.h) over the NCCL stand-in.
+if [[ $parts == *" comm "* ]]; then
+  "$COMM_BIN" || status=1
+fi
 exit $status

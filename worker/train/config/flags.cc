@@ -145,7 +145,7 @@ Flags ParseFlags(const std::vector<std::string>& args) {
 const char* FlagsUsage() {
   return R"(usage: loom-train [--spec job.yaml] [flags]
 
-Trains a GPT-2 model on the CPU, or on one CUDA GPU in bf16 (--device cuda). Under
+Trains a GPT-2 model on the CPU, or on CUDA GPUs in bf16 (--device cuda). Under
 loom-worker the LOOM_* environment of docs/rank-contract.md (LOOM_SPEC_FILE, LOOM_LAYOUT,
 LOOM_CHECKPOINT_DIR, LOOM_PROGRESS_FD, LOOM_DEVICE) configures the run; flags override the
 spec.
@@ -164,9 +164,9 @@ spec.
   --export-llmc FILE       write the trained model as an llm.c GPT-2 model file
   --device cpu|cuda        where the model trains (default cpu; cuda:N for GPU N; under
                            loom-worker LOOM_DEVICE=cuda:N picks the GPU where this build has
-                           CUDA): cuda trains in bf16 mixed precision, one rank or data
-                           parallel over NCCL (no tensor or pipeline parallelism, ZeRO-1 or
-                           llm.c files on the GPU yet)
+                           CUDA): cuda trains in bf16 mixed precision, one rank or any
+                           data x tensor x pipeline layout and ZeRO-1 over NCCL (llm.c
+                           files are not read or written on the GPU yet)
   --quiet                  no human-readable progress on stderr
   --rendezvous-dir DIR     several ranks on one machine (or a shared file system) meet
                            there (else LOOM_RENDEZVOUS_DIR); with LOOM_RANK,
