@@ -65,10 +65,11 @@ Shard ShardOf(const ModelShape& m, const Layout& layout, int stage, int blocks) 
   return sh;
 }
 
-}  // namespace
-
-std::vector<CudaBufferRequest> CudaBackendRequests(const ModelShape& m, const Layout& layout,
-                                                   int stage, int blocks) {
+// The requests of CudaBackendRequests, with their names only when `named` (the planner's search
+// evaluates thousands of layouts and needs the sizes alone; building the names was most of its
+// time).
+std::vector<CudaBufferRequest> Requests(const ModelShape& m, const Layout& layout, int stage,
+                                        int blocks, bool named) {
   const Shard sh = ShardOf(m, layout, stage, blocks);
   const int64_t L = sh.blocks, C = m.hidden, NH = sh.nhl, V = m.vocab, T = m.seq_len;
   const int64_t Cl = sh.cl, Fl = sh.fl;
@@ -85,9 +86,20 @@ std::vector<CudaBufferRequest> CudaBackendRequests(const ModelShape& m, const La
   constexpr int64_t kNumTensors = 16;  // the parameter table's (params.h)
   using MB = MemoryBreakdown;
 
+  const int slots = MicroBatchesInFlight(layout, stage);
   std::vector<CudaBufferRequest> r;
-  auto add = [&r](std::string name, int64_t bytes, double MB::*component) {
-    r.push_back({std::move(name), bytes, component});
+  // About 24 requests per activation slot, 4 stage buffers per slot, and the fixed ones.
+  r.reserve(static_cast<size_t>(slots) * 28 + 96);
+  // add(name, bytes, component); `slot` > 0 appends " (slot N)", `index` >= 0 " N".
+  auto add = [&r, named](const char* name, int64_t bytes, double MB::*component, int slot = 0,
+                         int index = -1) {
+    std::string full;
+    if (named) {
+      full = name;
+      if (slot > 0) absl::StrAppend(&full, " (slot ", slot, ")");
+      if (index >= 0) absl::StrAppend(&full, " ", index);
+    }
+    r.push_back({std::move(full), bytes, component});
   };
   // GptCuda's constructor.
   add("params", n * kBf16, &MB::weights);
@@ -114,7 +126,7 @@ std::vector<CudaBufferRequest> CudaBackendRequests(const ModelShape& m, const La
     // trainer calls Reserve.
     const std::vector<int64_t> buckets = BucketElements(m, sh, pad);
     for (size_t i = 0; i < buckets.size(); ++i) {
-      add(absl::StrCat("bucket ", i), buckets[i] * kBf16, &MB::comm_buffers);
+      add("bucket", buckets[i] * kBf16, &MB::comm_buffers, 0, static_cast<int>(i));
     }
     add("loss sum", kF32, &MB::comm_buffers);
   }
@@ -123,34 +135,32 @@ std::vector<CudaBufferRequest> CudaBackendRequests(const ModelShape& m, const La
   add("host scalars", kCudaHostScalars * kF32, &MB::workspace);
   // GptCuda::Reserve(B, T, slots): the slots a stage keeps (MicroBatchesInFlight), slot 0's
   // buffers first, then the others', then the backward scratch.
-  const int slots = MicroBatchesInFlight(layout, stage);
   for (int slot = 0; slot < slots; ++slot) {
-    const std::string at = slot == 0 ? "" : absl::StrCat(" (slot ", slot, ")");
-    add("encoded" + at, N * C * kBf16, &MB::embedding_and_logits);
-    add("ln1" + at, L * N * C * kBf16, &MB::activations);
-    add("ln1 mean" + at, L * N * kF32, &MB::activations);
-    add("ln1 rstd" + at, L * N * kF32, &MB::activations);
-    add("qkv" + at, L * N * 3 * Cl * kBf16, &MB::activations);
-    add("atty" + at, L * N * Cl * kBf16, &MB::activations);
-    add("att" + at, L * B * NH * T * T * kBf16, &MB::activations);
-    add("residual2" + at, L * N * C * kBf16, &MB::activations);
-    add("ln2" + at, L * N * C * kBf16, &MB::activations);
-    add("ln2 mean" + at, L * N * kF32, &MB::activations);
-    add("ln2 rstd" + at, L * N * kF32, &MB::activations);
-    add("fch" + at, L * N * Fl * kBf16, &MB::activations);
-    add("fch gelu" + at, L * N * Fl * kBf16, &MB::activations);
-    add("residual3" + at, L * N * C * kBf16, &MB::activations);
+    add("encoded", N * C * kBf16, &MB::embedding_and_logits, slot);
+    add("ln1", L * N * C * kBf16, &MB::activations, slot);
+    add("ln1 mean", L * N * kF32, &MB::activations, slot);
+    add("ln1 rstd", L * N * kF32, &MB::activations, slot);
+    add("qkv", L * N * 3 * Cl * kBf16, &MB::activations, slot);
+    add("atty", L * N * Cl * kBf16, &MB::activations, slot);
+    add("att", L * B * NH * T * T * kBf16, &MB::activations, slot);
+    add("residual2", L * N * C * kBf16, &MB::activations, slot);
+    add("ln2", L * N * C * kBf16, &MB::activations, slot);
+    add("ln2 mean", L * N * kF32, &MB::activations, slot);
+    add("ln2 rstd", L * N * kF32, &MB::activations, slot);
+    add("fch", L * N * Fl * kBf16, &MB::activations, slot);
+    add("fch gelu", L * N * Fl * kBf16, &MB::activations, slot);
+    add("residual3", L * N * C * kBf16, &MB::activations, slot);
     if (slot == 0) add("proj", N * C * kBf16, &MB::embedding_and_logits);
     if (sh.last) {
-      add("lnf" + at, N * C * kBf16, &MB::embedding_and_logits);
-      add("lnf mean" + at, N * kF32, &MB::embedding_and_logits);
-      add("lnf rstd" + at, N * kF32, &MB::embedding_and_logits);
-      add("logits" + at, N * Vp * kBf16, &MB::embedding_and_logits);
-      add("lse" + at, N * kF32, &MB::embedding_and_logits);
-      add("losses" + at, N * kF32, &MB::embedding_and_logits);
+      add("lnf", N * C * kBf16, &MB::embedding_and_logits, slot);
+      add("lnf mean", N * kF32, &MB::embedding_and_logits, slot);
+      add("lnf rstd", N * kF32, &MB::embedding_and_logits, slot);
+      add("logits", N * Vp * kBf16, &MB::embedding_and_logits, slot);
+      add("lse", N * kF32, &MB::embedding_and_logits, slot);
+      add("losses", N * kF32, &MB::embedding_and_logits, slot);
     }
-    if (sh.first) add("tokens" + at, N * kI32, &MB::embedding_and_logits);
-    if (sh.last) add("targets" + at, N * kI32, &MB::embedding_and_logits);
+    if (sh.first) add("tokens", N * kI32, &MB::embedding_and_logits, slot);
+    if (sh.last) add("targets", N * kI32, &MB::embedding_and_logits, slot);
   }
   if (sh.last) {
     add("dlosses", N * kF32, &MB::embedding_and_logits);
@@ -171,10 +181,17 @@ std::vector<CudaBufferRequest> CudaBackendRequests(const ModelShape& m, const La
   if (layout.pp > 1) {
     const int64_t buffers = int64_t{slots} * ((sh.first ? 0 : 2) + (sh.last ? 0 : 2));
     for (int64_t i = 0; i < buffers; ++i) {
-      add(absl::StrCat("stage buffer ", i), RoundUp(N * C, 2) * kBf16, &MB::comm_buffers);
+      add("stage buffer", RoundUp(N * C, 2) * kBf16, &MB::comm_buffers, 0, static_cast<int>(i));
     }
   }
   return r;
+}
+
+}  // namespace
+
+std::vector<CudaBufferRequest> CudaBackendRequests(const ModelShape& m, const Layout& layout,
+                                                   int stage, int blocks) {
+  return Requests(m, layout, stage, blocks, /*named=*/true);
 }
 
 CachingAllocatorState SimulateCachingAllocator(const std::vector<int64_t>& request_bytes) {
@@ -222,7 +239,8 @@ absl::StatusOr<MemoryBreakdown> CudaBackendMemory(const ModelShape& m, Precision
       stage >= layout.pp || blocks == 0 || blocks > m.layers) {
     return absl::InvalidArgumentError("layout: no such stage or tensor slice of the model");
   }
-  const std::vector<CudaBufferRequest> requests = CudaBackendRequests(m, layout, stage, blocks);
+  const std::vector<CudaBufferRequest> requests =
+      Requests(m, layout, stage, blocks, /*named=*/false);
   std::vector<int64_t> bytes;
   bytes.reserve(requests.size());
   for (const CudaBufferRequest& q : requests) bytes.push_back(q.bytes);

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 
 #include "server/planner/layout_evaluator.h"
 #include "server/planner/plan_explanation.h"
@@ -224,7 +225,9 @@ TEST(LayoutSearchTest, Gpt3OnThousandA100sLandsInMegatronsFamily) {
   EXPECT_TRUE(bubble);
 }
 
-TEST(LayoutSearchTest, TrillionParametersOnFourThousandDevicesWellUnderASecond) {
+// The search's time is a benchmark's figure (tests/bench/planner_bench.cc, docs/benchmarks.md),
+// not asserted here: a shared CI machine's load would make it flaky.
+TEST(LayoutSearchTest, TrillionParametersOnFourThousandDevicesPlansTensorEight) {
   PlanRequest r = Request("gpt-1t", "H100-SXM", 4096, 2048);
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<PlanResult> plan = PlanLayouts(r);
@@ -233,7 +236,7 @@ TEST(LayoutSearchTest, TrillionParametersOnFourThousandDevicesWellUnderASecond) 
   ASSERT_TRUE(plan.ok()) << plan.status();
   ExpectRunnable(r, *plan);
   EXPECT_EQ(plan->ranked.front().layout.tp, 8);
-  EXPECT_LT(seconds, 0.5);
+  std::printf("planned gpt-1t on 4,096 GPUs in %.3f s\n", seconds);
 }
 
 TEST(LayoutSearchTest, PlansForTheCpuBackendInFp32) {

@@ -3,7 +3,8 @@
 // into every translation unit of the emulated build, before any CUDA header.
 //
 // Model: a launch runs its blocks one after another; the blockDim.x threads of a block are
-// fibers (ucontext) on the calling thread, each running until it reaches a barrier or returns.
+// fibers (cuda_emu_runtime.cc) on the calling thread, each running until it reaches a barrier or
+// returns.
 // __syncthreads is a barrier over the block's fibers, warp shuffles a barrier over the warp's
 // plus a slot per lane. __shared__ becomes `static`, shared by all threads of a block, which is
 // correct because blocks never run concurrently. Threads that return early drop out of the
