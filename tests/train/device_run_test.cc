@@ -57,8 +57,8 @@ struct RunResult {
 };
 
 // Runs loom-train in-process on "cuda:0" (a machine with one device, the stand-in trainer) with
-// `args`; progress lines go to a file through LOOM_PROGRESS_FD.
-RunResult RunOnStandIn(const TempDir& dir, const std::string& args) {
+// `args`, or on the CPU path when !device; progress lines go to a file through LOOM_PROGRESS_FD.
+RunResult RunOnStandIn(const TempDir& dir, const std::string& args, bool device = true) {
   RunResult result;
   const std::string progress = dir / "progress.jsonl";
   std::filesystem::remove(progress);
@@ -67,7 +67,7 @@ RunResult RunOnStandIn(const TempDir& dir, const std::string& args) {
   const std::string fd_text = std::to_string(fd);
   auto getenv = [&](const char* name) -> const char* {
     const std::string n = name;
-    if (n == "LOOM_DEVICE") return "cuda:0";
+    if (n == "LOOM_DEVICE") return device ? "cuda:0" : nullptr;
     if (n == "LOOM_PROGRESS_FD") return fd_text.c_str();
     return nullptr;
   };
@@ -145,6 +145,34 @@ TEST(DeviceRunTest, CheckpointsAndResumeOnTheDevicePath) {
   ASSERT_EQ(resumed.losses.size(), 4u);
   for (int i = 0; i < 4; ++i) EXPECT_EQ(resumed.losses[i], straight.losses[4 + i]) << i;
   EXPECT_TRUE(std::filesystem::exists(split_dir + "/step-000008/manifest.json"));
+}
+
+// llm.c model files on the device path: written from the backend's host state and read into it
+// (LoadState), so a file written there starts a run with the same first loss on the device path
+// and on the CPU path.
+TEST(DeviceRunTest, LlmcFilesAreWrittenAndReadOnTheDevicePath) {
+  TempDir dir;
+  const std::string file = dir / "model.bin";
+  CpuStandInBackend::saves = CpuStandInBackend::resumes = 0;
+  RunResult wrote = RunOnStandIn(dir, std::string(kFlags) + "--steps 2 --export-llmc " + file);
+  ASSERT_EQ(wrote.exit_code, 0);
+  EXPECT_EQ(CpuStandInBackend::saves, 1);  // the export's StateToHost
+  ASSERT_TRUE(std::filesystem::exists(file));
+  CpuStandInBackend::resumes = 0;
+  RunResult on_device =
+      RunOnStandIn(dir, std::string(kFlags) + "--steps 1 --init-from-llmc " + file);
+  ASSERT_EQ(on_device.exit_code, 0);
+  EXPECT_EQ(CpuStandInBackend::resumes, 1);  // the import's LoadState
+  RunResult on_cpu = RunOnStandIn(dir, std::string(kFlags) + "--steps 1 --init-from-llmc " + file,
+                                  /*device=*/false);
+  ASSERT_EQ(on_cpu.exit_code, 0);
+  ASSERT_EQ(on_device.losses.size(), 1u);
+  ASSERT_EQ(on_cpu.losses.size(), 1u);
+  EXPECT_EQ(on_device.losses[0], on_cpu.losses[0]);
+  // And the trained model, not the initial one: the first loss differs from a fresh start's.
+  RunResult fresh = RunOnStandIn(dir, std::string(kFlags) + "--steps 1", /*device=*/false);
+  ASSERT_EQ(fresh.losses.size(), 1u);
+  EXPECT_NE(fresh.losses[0], on_cpu.losses[0]);
 }
 
 // What the CUDA factory was asked for, by a run whose factory stops it there (test role).

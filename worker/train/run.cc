@@ -190,17 +190,12 @@ int CudaIndexOf(const std::string& device, const RankEnv& env) {
 }
 
 // What the GPU path cannot do yet for this run, or "" when it can run it.
-std::string CudaUnsupported(const Flags& flags, const BatchShape& shape,
-                            const RunOptions& options) {
+std::string CudaUnsupported(const BatchShape& shape, const RunOptions& options) {
   const std::string layout = "(this layout: data " + std::to_string(shape.dp_size) + ", tensor " +
                              std::to_string(shape.tp_size) + ", pipeline " +
                              std::to_string(shape.pp_size) + ")";
   if (shape.dp_size * shape.tp_size * shape.pp_size > 1 && !options.cuda_data_parallel) {
     return "more than one GPU rank needs NCCL, and this loom-train was built without it " + layout;
-  }
-  if (!flags.init_from_llmc.empty() || !flags.export_llmc.empty()) {
-    return "llm.c model files (--init-from-llmc, --export-llmc) are not supported on the GPU "
-           "path yet; use --device cpu";
   }
   return "";
 }
@@ -215,14 +210,14 @@ DevicePlan PlanDevice(const Flags& flags, const RankEnv& env, const BatchShape& 
                      "this loom-train was built without the CUDA backend "
                      "(LOOM_CUDA=OFF or no nvcc); use --device cpu or a CUDA build");
     }
-    const std::string problem = CudaUnsupported(flags, shape, options);
+    const std::string problem = CudaUnsupported(shape, options);
     if (!problem.empty()) throw BadInput("--device", problem);
     plan.cuda = true;
     plan.index = CudaIndexOf(flags.device, env);
     return plan;
   }
   if (env.device.rfind("cuda:", 0) == 0 && options.cuda_backend) {
-    std::string problem = CudaUnsupported(flags, shape, options);
+    std::string problem = CudaUnsupported(shape, options);
     const int count = options.cuda_device_count ? options.cuda_device_count() : 0;
     if (problem.empty() && CudaIndexOf(env.device, env) >= count) {
       problem = "this machine has " + std::to_string(count) + " CUDA device(s)";
@@ -397,7 +392,14 @@ int Run(const std::vector<std::string>& args, const std::function<const char*(co
     trainer = std::make_unique<Trainer>(config, shape, data, CommsOf(groups), trainer_options);
   }
   try {
-    if (!flags.init_from_llmc.empty()) ImportLlmc(flags.init_from_llmc, &trainer->model());
+    if (!flags.init_from_llmc.empty()) {
+      // Through the backend's host state, so that either device loads it (the whole model:
+      // tensor = pipeline = 1, checked above); the moments start at zero.
+      Backend& be = trainer->backend();
+      std::vector<float> params(be.num_params());
+      ImportLlmc(flags.init_from_llmc, be.dims(), be.tensors(), params.data());
+      be.LoadState(params.data(), nullptr, nullptr, 0);
+    }
     std::optional<std::string> resume;
     if (!checkpoint_dir.empty()) resume = FindLatestCheckpoint(checkpoint_dir);
     if (!checkpoint_dir.empty() && env.world_size > 1) {
@@ -424,9 +426,18 @@ int Run(const std::vector<std::string>& args, const std::function<const char*(co
                    env.rank, env.world_size, shape.dp_size, trainer->num_buckets());
     }
     const int code = TrainLoop(config, shape, env, flags, checkpoint_dir, *trainer);
-    if (code == kExitOk && !flags.export_llmc.empty() && shape.dp_rank == 0) {
-      ExportLlmc(flags.export_llmc, trainer->model());
-      std::fprintf(stderr, "loom-train: wrote %s\n", flags.export_llmc.c_str());
+    if (code == kExitOk && !flags.export_llmc.empty()) {
+      Backend& be = trainer->backend();
+      // A GPU under ZeRO-1 holds the fp32 masters of its range only: gather them (a dp
+      // collective, so every dp rank takes part; the CPU's are whole and it leaves `full` empty).
+      std::vector<float> full, m, v;
+      if (shape.zero1 && shape.dp_size > 1) be.GatherState(&full, &m, &v);
+      if (shape.dp_rank == 0) {
+        const Backend::HostState state = be.StateToHost();
+        ExportLlmc(flags.export_llmc, be.dims(), be.tensors(),
+                   full.empty() ? state.params : full.data());
+        std::fprintf(stderr, "loom-train: wrote %s\n", flags.export_llmc.c_str());
+      }
     }
     return code;
   } catch (const CommError&) {

@@ -34,7 +34,11 @@ void ReadExactly(FILE* f, void* dst, size_t bytes, const std::string& path,
 int PaddedVocab(int vocab) { return (vocab + 127) / 128 * 128; }
 
 void ExportLlmc(const std::string& path, const GPT& model) {
-  const ModelDims& d = model.dims();
+  ExportLlmc(path, model.dims(), model.tensors(), model.params());
+}
+
+void ExportLlmc(const std::string& path, const ModelDims& d, const std::vector<TensorInfo>& table,
+                const float* params) {
   const int Vp = PaddedVocab(d.vocab);
   int32_t header[256] = {};
   header[0] = kLlmcModelMagic;
@@ -45,12 +49,11 @@ void ExportLlmc(const std::string& path, const GPT& model) {
   header[5] = d.heads;
   header[6] = d.channels;
   header[7] = Vp;
-  const std::vector<TensorInfo>& table = model.tensors();
   const std::vector<float> padding(static_cast<size_t>(Vp - d.vocab) * d.channels, 0.0f);
   std::vector<std::pair<const void*, size_t>> pieces;
   pieces.emplace_back(header, sizeof(header));
   for (const TensorInfo& t : table) {
-    pieces.emplace_back(model.params() + t.offset, t.numel * sizeof(float));
+    pieces.emplace_back(params + t.offset, t.numel * sizeof(float));
     if (t.name == "wte" && !padding.empty()) {  // wte (V, C) -> (Vp, C)
       pieces.emplace_back(padding.data(), padding.size() * sizeof(float));
     }
@@ -83,8 +86,12 @@ ModelDims ReadLlmcDims(const std::string& path) {
 }
 
 void ImportLlmc(const std::string& path, GPT* model) {
+  ImportLlmc(path, model->dims(), model->tensors(), model->params());
+}
+
+void ImportLlmc(const std::string& path, const ModelDims& d, const std::vector<TensorInfo>& table,
+                float* params) {
   const ModelDims file_dims = ReadLlmcDims(path);
-  const ModelDims& d = model->dims();
   if (!(file_dims == d)) {
     throw BadInput(
         path, "model " + DimsString(file_dims) + " does not match the configured " + DimsString(d));
@@ -96,9 +103,8 @@ void ImportLlmc(const std::string& path, GPT* model) {
   }
   const size_t pad_floats = static_cast<size_t>(PaddedVocab(d.vocab) - d.vocab) * d.channels;
   std::vector<float> skip(pad_floats);
-  for (const TensorInfo& t : model->tensors()) {
-    ReadExactly(file.f, model->params() + t.offset, t.numel * sizeof(float), path,
-                "tensor " + t.name);
+  for (const TensorInfo& t : table) {
+    ReadExactly(file.f, params + t.offset, t.numel * sizeof(float), path, "tensor " + t.name);
     if (t.name == "wte" && pad_floats > 0) {
       ReadExactly(file.f, skip.data(), pad_floats * sizeof(float), path, "wte's padding rows");
     }

@@ -165,8 +165,7 @@ spec.
   --device cpu|cuda        where the model trains (default cpu; cuda:N for GPU N; under
                            loom-worker LOOM_DEVICE=cuda:N picks the GPU where this build has
                            CUDA): cuda trains in bf16 mixed precision, one rank or any
-                           data x tensor x pipeline layout and ZeRO-1 over NCCL (llm.c
-                           files are not read or written on the GPU yet)
+                           data x tensor x pipeline layout and ZeRO-1 over NCCL
   --quiet                  no human-readable progress on stderr
   --rendezvous-dir DIR     several ranks on one machine (or a shared file system) meet
                            there (else LOOM_RENDEZVOUS_DIR); with LOOM_RANK,
