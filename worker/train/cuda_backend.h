@@ -109,7 +109,7 @@ class CudaBackend : public Backend {
   void BeginStep() override;
   void Enter(Phase phase) override { timer_.Enter(phase); }
   StepTimes EndStep(int64_t tokens) override;
-  void set_block_costs(BlockCosts* costs) override { (void)costs; }
+  void set_block_costs(BlockCosts* costs) override { model_.set_block_costs(costs); }
   void set_trace(TraceRecorder* trace) override { (void)trace; }
   void FillMemory(size_t extra_bytes, StepResult* r) override;
   size_t bytes_allocated() const override;

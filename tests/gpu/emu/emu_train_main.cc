@@ -22,6 +22,7 @@
 #include "worker/train/cuda_backend.h"
 #include "worker/train/data/dataset.h"
 #include "worker/train/model/dims.h"
+#include "worker/train/profiler/block_costs.h"
 #include "worker/train/profiler/trace_recorder.h"
 #include "worker/train/profiler/trace_ring.h"
 #include "worker/train/trainer.h"
@@ -237,6 +238,34 @@ void RunJob(const std::string& label, JobConfig config, int B, int T, int K, int
              last.times.phase(loom::train::Phase::kBackward) > 0.0 &&
              last.times.phase(loom::train::Phase::kOptimizer) > 0.0;
   Report(times_ok, "g. phase times from CUDA events are finite and within the step");
+
+  // g2. Per-block costs (profiler/block_costs.h) on the sampled step: every block, the
+  // embedding and the head timed, positive, and together within the step.
+  if (steps >= loom::train::kBlockSampleEvery) {
+    const StepResult& sampled = rg[static_cast<size_t>(loom::train::kBlockSampleEvery - 1)];
+    const loom::train::BlockCosts& bc = sampled.block_costs;
+    bool costs_ok = sampled.has_block_costs && bc.has_embedding && bc.has_head &&
+                    bc.first_block == 0 &&
+                    static_cast<int>(bc.forward.size()) == config.model.layers &&
+                    bc.backward.size() == bc.forward.size();
+    double total =
+        bc.embedding_forward + bc.embedding_backward + bc.head_forward + bc.head_backward;
+    for (size_t l = 0; costs_ok && l < bc.forward.size(); ++l) {
+      costs_ok = bc.forward[l] > 0.0 && bc.backward[l] > 0.0;
+      total += bc.forward[l] + bc.backward[l];
+    }
+    costs_ok = costs_ok && bc.head_forward > 0.0 && bc.head_backward > 0.0 &&
+               total <= sampled.times.step_seconds * 1.01;
+    const bool others_clean = !rg.front().has_block_costs;
+    Report(costs_ok && others_clean,
+           "g2. per-block costs on sampled step " + std::to_string(loom::train::kBlockSampleEvery) +
+               ": " + std::to_string(bc.forward.size()) + " blocks, embedding and head timed, " +
+               std::to_string(total) + " s of a " + std::to_string(sampled.times.step_seconds) +
+               " s step; step 1 unsampled");
+  } else {
+    std::printf("SKIP  g2. per-block costs: fewer than %lld steps\n",
+                static_cast<long long>(loom::train::kBlockSampleEvery));
+  }
 
   // h. The timeline: per step, K data, forward and backward records (micro-batches 0..K-1,
   // forward ending before its backward starts), an optimizer, all inside the step's record.

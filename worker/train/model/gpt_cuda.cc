@@ -283,16 +283,26 @@ void GptCuda::ForwardMicro(int slot, const int* tokens, const bf16* input, const
     if (last) LOOM_CHECK(targets[i] >= 0 && targets[i] < V, "target id out of [0, V)");
   }
   const Tensors w = View(params_);
+  Lap lap;                     // read only when costs_ is set
+  if (costs_) DeviceLap(lap);  // earlier work is nobody's cost here
   if (first) {
     // Pageable copies: each returns once the host buffer has been read.
     LOOM_CUDA_CHECK(cudaMemcpyAsync(a_.tokens, tokens, static_cast<size_t>(N) * sizeof(int),
                                     cudaMemcpyHostToDevice, stream_));
     kc::encoder_forward(a_.encoded, a_.tokens, w.wte, w.wpe, B, T, C, stream_);  // (B, T, C)
+    if (costs_) {
+      costs_->has_embedding = true;
+      costs_->embedding_forward += DeviceLap(lap);
+    }
   } else {
     LOOM_CUDA_CHECK(
         cudaMemcpyAsync(a_.encoded, input, NC * sizeof(bf16), cudaMemcpyDeviceToDevice, stream_));
+    if (costs_) DeviceLap(lap);  // the copy is nobody's cost
   }
-  for (int l = 0; l < blocks_; ++l) BlockForward(l, w);
+  for (int l = 0; l < blocks_; ++l) {
+    BlockForward(l, w);
+    if (costs_) costs_->forward[static_cast<size_t>(l)] += DeviceLap(lap);
+  }
   if (!last) return;
   LOOM_CUDA_CHECK(cudaMemcpyAsync(a_.targets, targets, static_cast<size_t>(N) * sizeof(int),
                                   cudaMemcpyHostToDevice, stream_));
@@ -302,6 +312,15 @@ void GptCuda::ForwardMicro(int slot, const int* tokens, const bf16* input, const
   const int Vp = layout_.padded_vocab;
   kc::matmul_forward(*gemm_, a_.logits, a_.lnf, w.wte, nullptr, N, C, Vp, stream_);
   kc::softmax_crossentropy_forward(a_.losses, a_.lse, a_.logits, a_.targets, N, V, Vp, stream_);
+  if (costs_) {
+    costs_->has_head = true;
+    costs_->head_forward += DeviceLap(lap);
+  }
+}
+
+double GptCuda::DeviceLap(Lap& lap) {
+  LOOM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return lap();
 }
 
 void GptCuda::BlockForward(int l, const Tensors& w) {
@@ -392,6 +411,8 @@ void GptCuda::BackwardMicro(int slot, float loss_scale, const bf16* doutput,
   auto zero = [this](bf16* buf, size_t n) {
     LOOM_CUDA_CHECK(cudaMemsetAsync(buf, 0, n * sizeof(bf16), stream_));
   };
+  Lap lap;  // read only when costs_ is set
+  if (costs_) DeviceLap(lap);
   if (last_stage()) {
     // Loss = loss_scale * mean over N positions: each position's loss has weight loss_scale/N.
     const float dloss = loss_scale / static_cast<float>(N);
@@ -413,6 +434,10 @@ void GptCuda::BackwardMicro(int slot, float loss_scale, const bf16* doutput,
     zero(s_.dresidual, NC);
     kc::layernorm_backward(s_.dresidual, g.lnfw, g.lnfb, s_.ln_scratch, s_.dln, BlockInput(blocks_),
                            w.lnfw, a_.lnf_mean, a_.lnf_rstd, N, C, stream_);
+    if (costs_) {
+      costs_->has_head = true;
+      costs_->head_backward += DeviceLap(lap);
+    }
     // The stages as the CPU model's GradReadyFn: reported once their kernels are enqueued, so
     // work the callback enqueues on this stream runs after them.
     if (ready) ready(L);
@@ -421,16 +446,23 @@ void GptCuda::BackwardMicro(int slot, float loss_scale, const bf16* doutput,
     LOOM_CUDA_CHECK(cudaMemcpyAsync(s_.dresidual, doutput, NC * sizeof(bf16),
                                     cudaMemcpyDeviceToDevice, stream_));
   }
+  if (costs_) DeviceLap(lap);  // a bucket launched by `ready`, or the copy: nobody's cost
   // Down the blocks; dresidual carries d(residual stream) from block to block.
   for (int l = blocks_ - 1; l >= 0; --l) {
     BlockBackward(l, w, g);
+    if (costs_) costs_->backward[static_cast<size_t>(l)] += DeviceLap(lap);
     if (ready) ready(shard_.first_block + l);
+    if (costs_) DeviceLap(lap);
   }
   // dresidual now holds d(stage input): InputGrad() on later stages, the encoder's gradient on
   // the first.
   have_input_grad_ = true;
   if (first_stage()) {
     kc::encoder_backward(g.wte, g.wpe, s_.dresidual, a_.tokens, B, T, C, stream_);
+    if (costs_) {
+      costs_->has_embedding = true;
+      costs_->embedding_backward += DeviceLap(lap);
+    }
     if (ready) ready(-1);
   }
 }

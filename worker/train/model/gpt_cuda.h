@@ -53,6 +53,7 @@
 #include "worker/train/model/padded_layout.h"
 #include "worker/train/model/params.h"
 #include "worker/train/optim/adamw.h"
+#include "worker/train/profiler/block_costs.h"
 
 namespace loom::train {
 
@@ -134,6 +135,12 @@ class GptCuda {
   // The whole model: BackwardMicro(slot, loss_scale, nullptr, ready).
   void Backward(float loss_scale, const GradReadyFn& ready = nullptr, int slot = 0);
   const bf16* InputGrad() const;
+
+  // While set (the trainer's sampled steps, profiler/block_costs.h), ForwardMicro and
+  // BackwardMicro add each block's, the embedding's and the head's seconds to `costs`, timed on
+  // the host around a synchronisation of the stream after each (so a sampled step runs without
+  // overlap between the host and the device; the others are untouched). nullptr: no timing.
+  void set_block_costs(BlockCosts* costs) { costs_ = costs; }
 
   // The L2 norm of all of this shard's gradients (one sum of squares over the buffer, fp32 on
   // the device; synchronises the stream).
@@ -265,6 +272,8 @@ class GptCuda {
   void TpAllReduce(bf16* buf, size_t n);
   // The residual stream entering local block l: encoded, or the previous block's residual3.
   bf16* BlockInput(int l) const;
+  // Waits for the stream, then returns the seconds since the previous lap (block costs only).
+  double DeviceLap(Lap& lap);
   // params_ := bf16 of host_table (num_params, the table's layout), padding rows zero; through
   // master_ (whole range) or staging_. Synchronises.
   void UploadParams(const float* host_table);
@@ -303,6 +312,7 @@ class GptCuda {
   std::vector<Acts> slot_acts_;  // (slots); proj is shared by all
   Grads s_{};
   bool have_input_grad_ = false;    // a BackwardMicro ran since the last Reserve
+  BlockCosts* costs_ = nullptr;     // set on sampled steps (set_block_costs)
   std::vector<float> host_losses_;  // (B, T)
 };
 
