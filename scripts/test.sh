@@ -20,9 +20,10 @@ ctest --test-dir build --output-on-failure -j"$jobs" -LE integration || status=1
 ctest --test-dir build --output-on-failure -L integration || status=1
 
 # The CUDA code on the CPU (tests/gpu/emu/README.md): without a GPU, the kernels' op checks and
-# two emulated training steps of the GPU path beside the CPU trainer (one rank, dp = 2, then the
-# short layout matrix: tensor 2 and data 2 x pipeline 2, with a stand-in for NCCL) are what
-# exercises it here.
+# emulated training steps of the GPU path beside the CPU trainer (one rank, dp = 2, then the
+# layout matrix: tensor, pipeline with both schedules, data x tensor x pipeline, ZeRO-1, a
+# checkpoint across layouts and onto the CPU, with a stand-in for NCCL; then the communication
+# check's core) are what exercises it here.
 cuda_home=${CUDA_HOME:-/usr/local/cuda}
 if [[ -f $cuda_home/include/cuda_runtime_api.h ]]; then
   echo "== emulated CUDA: op checks, then the GPU training path (tests/gpu/emu)"
@@ -30,7 +31,7 @@ if [[ -f $cuda_home/include/cuda_runtime_api.h ]]; then
     { status=1; tail -40 build/emu-ops.log; }
   CUDA_HOME=$cuda_home bash tests/gpu/emu/run.sh --odd >build/emu-ops-odd.log 2>&1 ||
     { status=1; tail -40 build/emu-ops-odd.log; }
-  EMU_LAYOUT=quick CUDA_HOME=$cuda_home bash tests/gpu/emu/train.sh 2 >build/emu-train.log 2>&1 ||
+  EMU_LAYOUT=full CUDA_HOME=$cuda_home bash tests/gpu/emu/train.sh 2 >build/emu-train.log 2>&1 ||
     { status=1; tail -60 build/emu-train.log; }
   grep -hE '^(PASS|FAIL)' build/emu-ops.log build/emu-ops-odd.log build/emu-train.log | tail -30
 else

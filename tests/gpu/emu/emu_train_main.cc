@@ -323,7 +323,9 @@ int main(int argc, char** argv) {
   JobConfig tiny;
   tiny.preset = "tiny";
   tiny.model = *loom::train::PresetDims("tiny");  // L=2, C=64, NH=4, maxT=64, V=256
-  RunJob("tiny", tiny, /*B=*/2, /*T=*/32, /*K=*/2, steps);
+  // At least one sampled step (g2, the per-block costs) even in a short run.
+  RunJob("tiny", tiny, /*B=*/2, /*T=*/32, /*K=*/2,
+         std::max(steps, static_cast<int>(loom::train::kBlockSampleEvery)));
   // V = 256 needs no padding (a multiple of 64); 257 pads wte to 320 rows, 63 of padding.
   JobConfig padded = tiny;
   padded.preset.clear();
