@@ -512,15 +512,13 @@ absl::StatusOr<v1::Job> JobManager::CancelJob(std::string_view name) {
 }
 
 absl::StatusOr<std::shared_ptr<JobSubscription>> JobManager::WatchJob(std::string_view name) {
-  ASSIGN_OR_RETURN(v1::Job job, LoadJob(name));
+  RETURN_IF_ERROR(ParseJobName(name).status());
+  // Snapshot and subscribe under one hold of the lock, so that no update falls between them.
+  // (Reading the store first and the live job under the lock lost the terminal update of a job
+  // that ended in between: it had left active_, the stale stored state was subscribed to, and
+  // the watch never ended. `loomctl submit --wait` hung on a job refused 2 ms after placement.)
   absl::MutexLock lock(&mu_);
-  // Re-read the live job under the lock so that no update falls between snapshot and subscribe.
-  auto it = active_.find(name);
-  if (it != active_.end()) {
-    auto events = std::move(*job.mutable_events());
-    job = it->second->job;
-    *job.mutable_events() = std::move(events);
-  }
+  ASSIGN_OR_RETURN(v1::Job job, LoadJobLocked(name));
   return watchers_.Subscribe(job);
 }
 
