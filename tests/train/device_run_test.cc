@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/planner/layout.h"
@@ -81,16 +82,7 @@ RunResult RunOnStandIn(const TempDir& dir, const std::string& args, bool device 
     *groups = ProcessGroups::Alone();
     return std::make_unique<CpuStandInBackend>(config);
   };
-  std::vector<std::string> argv;
-  std::string word;
-  for (char ch : args + " ") {
-    if (ch != ' ') {
-      word += ch;
-    } else if (!word.empty()) {
-      argv.push_back(word);
-      word.clear();
-    }
-  }
+  const std::vector<std::string> argv = absl::StrSplit(args, ' ', absl::SkipEmpty());
   result.exit_code = RunLoomTrain(argv, getenv, options);
   ::close(fd);
   std::string text = ReadText(progress);
@@ -202,16 +194,7 @@ int RunToTheFactory(const std::string& args, const std::map<std::string, std::st
     call->device = device;
     throw BadInput("test-role factory", "stopped before the first CUDA call");
   };
-  std::vector<std::string> argv;
-  std::string word;
-  for (char ch : args + " ") {
-    if (ch != ' ') {
-      word += ch;
-    } else if (!word.empty()) {
-      argv.push_back(word);
-      word.clear();
-    }
-  }
+  const std::vector<std::string> argv = absl::StrSplit(args, ' ', absl::SkipEmpty());
   ::testing::internal::CaptureStderr();
   const int code = RunLoomTrain(argv, getenv, options);
   *err = ::testing::internal::GetCapturedStderr();

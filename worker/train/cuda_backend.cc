@@ -70,16 +70,17 @@ CudaBackend::CudaBackend(const ModelDims& dims, const ModelShard& shard, uint64_
       c->SetComputeStream(model_.stream());
     }
   }
-  if (options_.dp != nullptr && options_.dp->size() > 1 && options_.zero1) {
+  if (options_.dp != nullptr && options_.dp->size() > 1) {
     dp_size_ = options_.dp->size();
-    zero_ = std::make_unique<CudaZero>(&model_, options_.dp, options_.zero_piece);
-  } else if (options_.dp != nullptr && options_.dp->size() > 1) {
-    dp_size_ = options_.dp->size();
+    if (options_.zero1) {
+      zero_ = std::make_unique<CudaZero>(&model_, options_.dp, options_.zero_piece);
+    } else {
 #ifdef LOOM_HAVE_NCCL
-    sync_ = std::make_unique<CudaGradSyncAdapter>(&model_, options_.dp, options_.bucket_bytes);
+      sync_ = std::make_unique<CudaGradSyncAdapter>(&model_, options_.dp, options_.bucket_bytes);
 #else
-    LOOM_CHECK(false, "data parallelism on the GPU needs a build with NCCL");
+      LOOM_CHECK(false, "data parallelism on the GPU needs a build with NCCL");
 #endif
+    }
   }
   host_scalars_ = static_cast<float*>(
       model_.allocator()->Allocate(kHostScalars * sizeof(float), ToStreamId(model_.stream())));
@@ -282,32 +283,29 @@ std::unique_ptr<Backend> MakeCudaRankBackend(const JobConfig& config, const Batc
 #ifdef LOOM_HAVE_NCCL
     // The store is needed only while the ranks meet.
     std::unique_ptr<KeyValueStore> store = OpenRendezvousStore(rendezvous);
+    // `name` is unique per group instance: its own NCCL unique id in the store.
+    auto connect = [&](const GroupSpec& spec, const std::string& name) {
+      NcclOptions o;
+      o.rank = spec.rank;
+      o.size = spec.size;
+      o.device = device;
+      o.store = store.get();
+      o.group = name;
+      o.timeout = rendezvous.timeout;  // LOOM_COMM_TIMEOUT_S
+      return ConnectNccl(o);
+    };
     for (const GroupSpec& spec : GroupsOf(shape, rendezvous.rank)) {
       std::unique_ptr<Communicator> comm;
       if (spec.size == 1) {
         comm = std::make_unique<SingleRankCommunicator>();
       } else {
-        NcclOptions o;
-        o.rank = spec.rank;
-        o.size = spec.size;
-        o.device = device;
-        o.store = store.get();
-        o.group = spec.name;  // unique per group instance: its own unique id in the store
-        o.timeout = rendezvous.timeout;  // LOOM_COMM_TIMEOUT_S
-        comm = ConnectNccl(o);
+        comm = connect(spec, spec.name);
       }
       if (spec.name.rfind("pp.", 0) == 0 && spec.size > 1) {
         // NCCL matches messages by posting order on one stream per communicator: the gradients
         // travel on a second one (ProcessGroups::pp_grad), so that a stage's activation sends
         // and gradient receives never wait for each other's peers in a cycle.
-        NcclOptions g;
-        g.rank = spec.rank;
-        g.size = spec.size;
-        g.device = device;
-        g.store = store.get();
-        g.group = spec.name + ".grad";
-        g.timeout = rendezvous.timeout;
-        groups->pp_grad = ConnectNccl(g);
+        groups->pp_grad = connect(spec, spec.name + ".grad");
       }
       const std::string& n = spec.name;
       std::unique_ptr<Communicator>* slot = n == "world"             ? &groups->world

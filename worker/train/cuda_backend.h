@@ -31,6 +31,7 @@
 #include "worker/train/comm/nccl_communicator.h"
 #include "worker/train/config/job_config.h"
 #include "worker/train/config/rank_env.h"
+#include "worker/train/cuda_zero.h"
 #include "worker/train/device/cuda_phase_timer.h"
 #include "worker/train/model/gpt_cuda.h"
 #include "worker/train/optim/adamw.h"
@@ -40,7 +41,6 @@
 namespace loom::train {
 
 class CudaGradSync;
-class CudaZero;
 
 struct CudaBackendOptions {
   AdamWConfig adam;
@@ -56,7 +56,7 @@ struct CudaBackendOptions {
   // ZeRO-1 over `dp` (size > 1) instead of the gradient buckets; the elements per rank of one
   // of its collectives (CudaZero::kDefaultPiece unless a test exercises the pieces).
   bool zero1 = false;
-  size_t zero_piece = size_t{1} << 20;
+  size_t zero_piece = CudaZero::kDefaultPiece;
 };
 
 class CudaBackend : public Backend {

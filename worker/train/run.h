@@ -36,8 +36,8 @@ struct RunOptions {
   // The number of CUDA devices (with cuda_backend): LOOM_DEVICE=cuda:N names a device that
   // does not exist here -> the CPU, with a note, as in a build without CUDA.
   std::function<int()> cuda_device_count;
-  // True where cuda_backend can run more than one rank (any layout but ZeRO-1) over NCCL: a
-  // build with NCCL (LOOM_HAVE_NCCL). Otherwise --device cuda refuses a world of more than one
+  // True where cuda_backend can run more than one rank (any layout, ZeRO-1 included) over NCCL:
+  // a build with NCCL (LOOM_HAVE_NCCL). Otherwise --device cuda refuses a world of more than one
   // (exit 2).
   bool cuda_data_parallel = false;
   // Whether this rank was asked to stop with its work kept (loom-train: SIGUSR2,
