@@ -9,6 +9,7 @@
 #include <functional>
 
 #include "kernels/cuda/check.h"
+#include "tests/gpu/bf16_bits.h"
 
 namespace loom::gpu_check {
 namespace {
@@ -22,19 +23,6 @@ using train::WorkHandle;
 float Pattern(int rank, size_t i) { return static_cast<float>((rank + 1) * (i % 5 + 1)); }
 // The sum of Pattern(r, i) over ranks 0..n-1.
 float PatternSum(int n, size_t i) { return static_cast<float>(n * (n + 1) / 2 * (i % 5 + 1)); }
-
-// bf16 of a float that bf16 represents exactly (the patterns above): its upper 16 bits.
-uint16_t ExactBf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  return static_cast<uint16_t>(bits >> 16);
-}
-float FromBf16(uint16_t b) {
-  const uint32_t bits = uint32_t{b} << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
 
 // A device buffer for one operation (cudaMalloc: a test program, not the trainer's allocator).
 class DeviceBuffer {
@@ -124,14 +112,14 @@ std::vector<CommResult> RunCommChecks(NcclCommunicator* comm, const CommCheckOpt
       out.push_back(Measure(
           "all_reduce_bf16", m * sizeof(uint16_t), m, W, o,
           [&] {
-            for (size_t i = 0; i < m; ++i) h16[i] = ExactBf16(Pattern(me, i));
+            for (size_t i = 0; i < m; ++i) h16[i] = FloatToBf16Bits(Pattern(me, i));
             Upload(d16.raw(), h16.data(), m * sizeof(uint16_t));
           },
           [&] { return comm->AllReduceSum(d16.raw(), m, DeviceDType::kBFloat16); },
           [&] {
             Download(h16.data(), d16.raw(), m * sizeof(uint16_t));
             long wrong = 0;
-            for (size_t i = 0; i < m; ++i) wrong += FromBf16(h16[i]) != PatternSum(W, i);
+            for (size_t i = 0; i < m; ++i) wrong += Bf16BitsToFloat(h16[i]) != PatternSum(W, i);
             return wrong;
           }));
     }

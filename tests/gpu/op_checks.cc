@@ -235,21 +235,6 @@ double RelativeError(const Doubles& out, const Doubles& reference) {
   return std::sqrt(diff / norm);
 }
 
-std::uint16_t FloatToBf16Bits(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  if (std::isnan(f)) return 0x7fc0;
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even
-  return static_cast<std::uint16_t>(u >> 16);
-}
-
-float Bf16BitsToFloat(std::uint16_t bits) {
-  const std::uint32_t u = static_cast<std::uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-}
-
 std::vector<Result> CheckCast(long n, std::uint64_t seed) {
   std::vector<Result> results;
   Rng rng(seed);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kernels/cuda/gemm_context.h"
+#include "tests/gpu/bf16_bits.h"
 
 namespace loom::gpu_check {
 
@@ -44,10 +45,6 @@ bool DeviceAvailable(std::string* why);
 // ||out - ref|| / ||ref||: +inf when the sizes differ, out holds a non-finite value, or ref is
 // all zeros (a degenerate check).
 double RelativeError(const std::vector<double>& out, const std::vector<double>& ref);
-
-// bf16 bits <-> float on the host (round to nearest even; NaN stays NaN).
-std::uint16_t FloatToBf16Bits(float f);
-float Bf16BitsToFloat(std::uint16_t bits);
 
 // The checks. Each returns one Result per compared output; seed picks the random inputs.
 std::vector<Result> CheckCast(long n, std::uint64_t seed);

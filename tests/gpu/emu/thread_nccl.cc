@@ -10,24 +10,15 @@
 #include <mutex>
 #include <vector>
 
+#include "tests/gpu/bf16_bits.h"
+
 namespace loom::emu {
 namespace {
 
 std::mutex turn;
 
-float FromBf16(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-}
-
-uint16_t ToBf16(float f) {  // round to nearest even, as the CUDA conversion
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
+using gpu_check::Bf16BitsToFloat;
+using gpu_check::FloatToBf16Bits;
 
 std::chrono::seconds Timeout() {
   const char* v = std::getenv("LOOM_EMU_NCCL_TIMEOUT_S");
@@ -135,12 +126,12 @@ train::WorkHandle ThreadNccl::Collective(Kind kind, const void* in, void* out, s
   }
   const int S = g.size;
   auto value = [&](int r, size_t i) {  // rank r's input element i, as float
-    return elem == 2 ? FromBf16(static_cast<const uint16_t*>(g.in[r])[i])
+    return elem == 2 ? Bf16BitsToFloat(static_cast<const uint16_t*>(g.in[r])[i])
                      : static_cast<const float*>(g.in[r])[i];
   };
   auto store = [&](int r, size_t i, float v) {
     if (elem == 2) {
-      static_cast<uint16_t*>(g.out[r])[i] = ToBf16(v);
+      static_cast<uint16_t*>(g.out[r])[i] = FloatToBf16Bits(v);
     } else {
       static_cast<float*>(g.out[r])[i] = v;
     }
@@ -151,7 +142,7 @@ train::WorkHandle ThreadNccl::Collective(Kind kind, const void* in, void* out, s
     float acc = value(0, i);
     for (int r = 1; r < S; ++r) {
       acc += value(r, i);
-      if (elem == 2) acc = FromBf16(ToBf16(acc));
+      if (elem == 2) acc = Bf16BitsToFloat(FloatToBf16Bits(acc));
     }
     return acc;
   };

@@ -87,15 +87,7 @@ GptCuda::GptCuda(const ModelDims& dims, int device, const ModelShard& shard, Ncc
 
 void GptCuda::ForEachSpan(size_t lo, size_t hi,
                           const std::function<void(int, size_t, size_t, size_t)>& fn) const {
-  hi = std::min(hi, num_params_);
-  for (int i = 0; i < kNumParamTensors && lo < hi; ++i) {
-    const TensorInfo& t = table_[i];
-    if (t.numel == 0) continue;
-    const size_t a = std::max(lo, t.offset), b = std::min(hi, t.offset + t.numel);
-    if (a >= b) continue;
-    // wte's padding rows follow its V real rows: the first numel elements map one to one.
-    fn(i, layout_.offset[i] + (a - t.offset), a, b - a);
-  }
+  ForEachDeviceSpan(layout_, table_, lo, hi, fn);
 }
 
 void GptCuda::UploadParams(const float* host_table) {

@@ -30,24 +30,15 @@ PaddedLayout MakePaddedLayout(const std::vector<TensorInfo>& table, int vocab_mu
   return layout;
 }
 
-void PadToDevice(const PaddedLayout& layout, const std::vector<TensorInfo>& table,
-                 const float* host, float* padded) {
+void ForEachDeviceSpan(const PaddedLayout& layout, const std::vector<TensorInfo>& table, size_t lo,
+                       size_t hi, const std::function<void(int, size_t, size_t, size_t)>& fn) {
   LOOM_CHECK(layout.offset.size() == table.size(), "the layout is not the table's");
-  for (size_t i = 0; i < table.size(); ++i) {
-    std::copy(host + table[i].offset, host + table[i].offset + table[i].numel,
-              padded + layout.offset[i]);
-    // Only wte has padding (numel differs): its rows V..Vp-1 follow its V rows.
-    std::fill(padded + layout.offset[i] + table[i].numel,
-              padded + layout.offset[i] + layout.numel[i], 0.0f);
-  }
-}
-
-void UnpadFromDevice(const PaddedLayout& layout, const std::vector<TensorInfo>& table,
-                     const float* padded, float* host) {
-  LOOM_CHECK(layout.offset.size() == table.size(), "the layout is not the table's");
-  for (size_t i = 0; i < table.size(); ++i) {
-    std::copy(padded + layout.offset[i], padded + layout.offset[i] + table[i].numel,
-              host + table[i].offset);
+  for (size_t i = 0; i < table.size() && lo < hi; ++i) {
+    const TensorInfo& t = table[i];
+    const size_t a = std::max(lo, t.offset), b = std::min(hi, t.offset + t.numel);
+    if (a >= b) continue;  // outside the range, or not held (numel 0)
+    // wte's padding rows follow its V real rows: the first numel elements map one to one.
+    fn(static_cast<int>(i), layout.offset[i] + (a - t.offset), a, b - a);
   }
 }
 

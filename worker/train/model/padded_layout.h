@@ -5,11 +5,12 @@
 // at its table offset plus the (Vp - V) * C padding elements.
 //
 // Host-only and pure, so the mapping that checkpoints and initialisation depend on is tested on
-// any machine: the GPU model (gpt_cuda) converts between this layout and the table's with it.
+// any machine: the GPU model (gpt_cuda) maps table ranges into this layout with it.
 #ifndef LOOM_WORKER_TRAIN_MODEL_PADDED_LAYOUT_H_
 #define LOOM_WORKER_TRAIN_MODEL_PADDED_LAYOUT_H_
 
 #include <cstddef>
+#include <functional>
 #include <vector>
 
 #include "worker/train/model/params.h"
@@ -28,15 +29,12 @@ struct PaddedLayout {
 // table has that shape.
 PaddedLayout MakePaddedLayout(const std::vector<TensorInfo>& table, int vocab_multiple);
 
-// Copies `host` (table layout, ParamCount(table) floats) into `padded` (layout.total floats);
-// wte's padding rows are set to 0.
-void PadToDevice(const PaddedLayout& layout, const std::vector<TensorInfo>& table,
-                 const float* host, float* padded);
-
-// The inverse: the table's elements of `padded`, into `host` (ParamCount(table) floats). The
-// padding rows are dropped.
-void UnpadFromDevice(const PaddedLayout& layout, const std::vector<TensorInfo>& table,
-                     const float* padded, float* host);
+// Calls fn(tensor, device_offset, table_offset, n) for each piece of the table range [lo, hi),
+// one per tensor it crosses, in table order: where those elements sit in a buffer of `layout`.
+// The padding rows of wte are in no piece. (GptCuda uploads, updates and ZeRO-1's collectives
+// move table ranges through it.)
+void ForEachDeviceSpan(const PaddedLayout& layout, const std::vector<TensorInfo>& table, size_t lo,
+                       size_t hi, const std::function<void(int, size_t, size_t, size_t)>& fn);
 
 }  // namespace loom::train
 
