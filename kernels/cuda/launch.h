@@ -107,6 +107,30 @@ constexpr size_t AttentionScratchBytes(long T, long NH) {
   return AttentionDscoresOffset(T, NH) + static_cast<size_t>(NH * T * T) * 2;
 }
 
+// Fused (flash) attention, kernels/cuda/flash_attention.h: tiles of queries and keys held in
+// shared memory, scores never stored whole. Four warps per block, each warp owning 16 rows of
+// its block's tile (the 16x16x16 bf16 tensor-core shape). The forward and the dQ kernel walk a
+// block of kFlashQueryRows queries over tiles of kFlashKeyCols keys; the dK/dV kernel walks a
+// block of kFlashQueryRows keys over tiles of kFlashKeyCols queries. Sized so that each kernel's
+// static shared memory stays under 48 KiB at the largest head size.
+inline constexpr int kFlashThreads = 128;
+inline constexpr int kFlashQueryRows = 64;
+inline constexpr int kFlashKeyCols = 32;
+inline constexpr int kFlashMaxHeadSize = 64;
+
+// True when the fused kernels handle heads of C / NH channels: a multiple of 16 (the tensor-core
+// tile) up to kFlashMaxHeadSize. GPT-2's presets have 64.
+constexpr bool FlashAttentionSupported(long C, long NH) {
+  if (NH <= 0 || C % NH != 0) return false;
+  const long HS = C / NH;
+  return HS > 0 && HS % 16 == 0 && HS <= kFlashMaxHeadSize;
+}
+
+// Backward scratch of the fused path: D = rowsum(dout * out), (B, NH, T) fp32.
+constexpr size_t FlashAttentionScratchBytes(long B, long T, long NH) {
+  return static_cast<size_t>(CeilDiv(B * NH * T * 4, 256) * 256);
+}
+
 // Cross-entropy backward grid: one row per blockIdx.x, columns in chunks of kBlock threads x
 // kPack elements along blockIdx.y.
 constexpr int CrossEntropyColumnBlocks(long V) {

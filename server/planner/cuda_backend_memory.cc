@@ -74,6 +74,7 @@ std::vector<CudaBufferRequest> Requests(const ModelShape& m, const Layout& layou
   const int64_t L = sh.blocks, C = m.hidden, NH = sh.nhl, V = m.vocab, T = m.seq_len;
   const int64_t Cl = sh.cl, Fl = sh.fl;
   const int64_t B = layout.micro_batch, N = B * T;
+  const bool flash = CudaFlashAttention(Cl, NH);  // GptCuda's choice, per its local heads
   const bool wte = sh.first || sh.last;
   const int64_t Vp = wte ? RoundUp(V, kCudaVocabMultiple) : 0;
   const int64_t pad = wte ? (Vp - V) * C : 0;
@@ -142,7 +143,11 @@ std::vector<CudaBufferRequest> Requests(const ModelShape& m, const Layout& layou
     add("ln1 rstd", L * N * kF32, &MB::activations, slot);
     add("qkv", L * N * 3 * Cl * kBf16, &MB::activations, slot);
     add("atty", L * N * Cl * kBf16, &MB::activations, slot);
-    add("att", L * B * NH * T * T * kBf16, &MB::activations, slot);
+    if (flash) {
+      add("att lse", L * B * NH * T * kF32, &MB::activations, slot);
+    } else {
+      add("att", L * B * NH * T * T * kBf16, &MB::activations, slot);
+    }
     add("residual2", L * N * C * kBf16, &MB::activations, slot);
     add("ln2", L * N * C * kBf16, &MB::activations, slot);
     add("ln2 mean", L * N * kF32, &MB::activations, slot);
@@ -173,8 +178,12 @@ std::vector<CudaBufferRequest> Requests(const ModelShape& m, const Layout& layou
   add("dfch gelu", N * Fl * kBf16, &MB::workspace);
   add("dfch", N * Fl * kBf16, &MB::workspace);
   add("layernorm scratch", 2 * CeilDiv(N, kCudaColumnSumRows) * C * kF32, &MB::workspace);
-  // fp32 scores of one batch element, then (256-byte aligned) their bf16 gradient.
-  add("attention scratch", RoundUp(NH * T * T * kF32, 256) + NH * T * T * kBf16, &MB::workspace);
+  // Fused: one fp32 per query and head. Unfused: the fp32 scores of one batch element, then
+  // (256-byte aligned) their bf16 gradient.
+  add("attention scratch",
+      flash ? RoundUp(B * NH * T * kF32, 256)
+            : RoundUp(NH * T * T * kF32, 256) + NH * T * T * kBf16,
+      &MB::workspace);
   // The trainer's pipeline stage buffers (B, T, C) bf16, one per slot and direction it uses
   // (trainer.cc): received activations and sent gradients on every stage but the first, received
   // gradients and sent activations on every stage but the last.

@@ -32,17 +32,21 @@
 //    values (workspace).
 //  - activations (Reserve), stacked over the L blocks, bf16 unless fp32 is said: ln1, atty,
 //    residual2, ln2, residual3 (1 width C each), qkv (3C), fch and fch_gelu (4C each): 16
-//    values of width C per token; ln1 and ln2 mean and rstd (4 fp32 per token); the attention
-//    probabilities att (B, NH, T, T): L·(2·N·16·C + 16·N + 2·B·NH·T²), i.e. per block
-//    s·b·h·(32 + 2·a·s/h) + 16·s·b against Korthikanti's s·b·h·(34 + 5·a·s/h).
+//    values of width C per token; ln1 and ln2 mean and rstd (4 fp32 per token); and the
+//    attention's own: with the fused kernels (head size C/NH a multiple of 16 up to 64, as
+//    GPT-2's 64: CudaFlashAttention) the fp32 log-sum-exp per query and head, (B, NH, T), so
+//    L·(2·N·16·C + 16·N + 4·B·NH·T), linear in T; otherwise the probabilities att (B, NH, T, T):
+//    L·(2·N·16·C + 16·N + 2·B·NH·T²), i.e. per block s·b·h·(32 + 2·a·s/h) + 16·s·b against
+//    Korthikanti's s·b·h·(34 + 5·a·s/h).
 //  - embedding_and_logits (Reserve): encoded, proj and lnf (bf16, width C each), lnf mean and
 //    rstd, the log-sum-exp, losses and dlosses (fp32, 1 per token each), tokens and targets
 //    (int32), logits and dlogits (bf16, width Vp each): 6·N·C + 28·N + 4·N·Vp.
 //  - workspace (Reserve): the backward scratch reused by every block, dresidual, dln, datty
 //    (width C), dqkv (3C), dfch_gelu and dfch (4C): 2·14·N·C; layernorm backward's fp32 column
-//    partials, 4·2·ceil(N/64)·C (LayerNormBackwardScratchFloats); the attention scratch per
-//    batch element, round_up(4·NH·T², 256) + 2·NH·T² (AttentionScratchBytes); and, outside the
-//    allocator, the GemmContext's cuBLASLt workspace of 32 MiB.
+//    partials, 4·2·ceil(N/64)·C (LayerNormBackwardScratchFloats); the attention scratch: fused,
+//    one fp32 per query and head, round_up(4·B·NH·T, 256) (FlashAttentionScratchBytes);
+//    unfused, per batch element, round_up(4·NH·T², 256) + 2·NH·T² (AttentionScratchBytes); and,
+//    outside the allocator, the GemmContext's cuBLASLt workspace of 32 MiB.
 // The allocator's rounding is exact as well (caching_allocator.h): each request is rounded up to
 // 512 B; requests up to 1 MiB come from 2 MiB segments, larger ones from segments of
 // max(size, 20 MiB); a request takes the smallest free block that fits, and the block is split
@@ -84,6 +88,15 @@ inline constexpr int64_t kCudaAllocRoundBytes = 512;                   // Cachin
 inline constexpr int64_t kCudaSmallRequestLimit = int64_t{1} << 20;
 inline constexpr int64_t kCudaSmallSegmentBytes = int64_t{2} << 20;
 inline constexpr int64_t kCudaLargeSegmentBytes = int64_t{20} << 20;
+inline constexpr int64_t kCudaFlashMaxHeadSize = 64;  // launch::kFlashMaxHeadSize
+
+// True when GptCuda runs the fused attention kernels for heads of C / NH channels
+// (launch::FlashAttentionSupported): a multiple of 16 up to kCudaFlashMaxHeadSize.
+constexpr bool CudaFlashAttention(int64_t C, int64_t NH) {
+  if (NH <= 0 || C % NH != 0) return false;
+  const int64_t hs = C / NH;
+  return hs > 0 && hs % 16 == 0 && hs <= kCudaFlashMaxHeadSize;
+}
 
 // One device allocation of the GPU backend, in the order the worker makes it.
 struct CudaBufferRequest {

@@ -27,6 +27,7 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/crossentropy.h"
 #include "kernels/cuda/encoder.h"
+#include "kernels/cuda/flash_attention.h"
 #include "kernels/cuda/gelu.h"
 #include "kernels/cuda/gemm_context.h"
 #include "kernels/cuda/grad_norm.h"
@@ -79,6 +80,9 @@ int RunChecks() {
     failures += PrintResults(gc::CheckMatmulBackward(ctx, N, 4 * m.C, m.C, true, seed++));
     failures += PrintResults(gc::CheckMatmulBackward(ctx, N, m.C, m.Vp, false, seed++));
     failures += PrintResults(gc::CheckAttention(ctx, m.B, m.T, m.C, m.NH, m.B, seed++));
+    // Heads of 24 and 15 channels: the fused kernels' shapes instead (heads of 16 and 32).
+    failures += PrintResults(gc::CheckFlashAttention(m.B, m.T, 16 * m.NH, m.NH, m.B, seed++));
+    failures += PrintResults(gc::CheckFlashAttention(m.B, m.T, 32 * m.NH, m.NH, m.B, seed++));
     failures += PrintResults(gc::CheckCrossEntropy(N, m.V, m.Vp, N, seed++));
     failures += PrintResults(gc::CheckAdamW(static_cast<long>(m.C) * 3 * m.C + 1, seed++));
     failures += PrintResults(gc::CheckGradNorm(static_cast<long>(m.C) * 3 * m.C + 1, seed++));
@@ -103,6 +107,7 @@ int RunChecks() {
   failures += PrintResults(gc::CheckMatmulBackward(ctx, 256, 4 * m.C, m.C, true, seed++));
   failures += PrintResults(gc::CheckMatmulBackward(ctx, 16, m.C, m.Vp, false, seed++));
   failures += PrintResults(gc::CheckAttention(ctx, m.B, m.T, m.C, m.NH, 1, seed++));
+  failures += PrintResults(gc::CheckFlashAttention(m.B, m.T, m.C, m.NH, 1, seed++));
   failures += PrintResults(gc::CheckCrossEntropy(N, m.V, m.Vp, 64, seed++));
   failures += PrintResults(gc::CheckAdamW(static_cast<long>(m.V) * m.C, seed++));
   failures += PrintResults(gc::CheckGradNorm(124L * 1000 * 1000, seed++));
@@ -253,13 +258,35 @@ int RunBench() {
   }
   std::snprintf(shape, sizeof shape, "B=%d T=%d C=%d NH=%d", B, T, C, NH);
   const double att_flops = 4.0 * B * NH * static_cast<double>(T) * T * (C / NH);
-  ReportFlops("attention_forward", shape, att_flops, MedianMs([&] {
-                cu::attention_forward(ctx, y.p, att.p, att_scratch.p, qkv.p, B, T, C, NH, nullptr);
-              }));
-  ReportFlops("attention_backward", shape, 2.0 * att_flops, MedianMs([&] {
-                cu::attention_backward(ctx, dqkv.p, att_scratch.p, dy.p, qkv.p, att.p, B, T, C, NH,
-                                       nullptr);
-              }));
+  const double unfused_fwd = MedianMs(
+      [&] { cu::attention_forward(ctx, y.p, att.p, att_scratch.p, qkv.p, B, T, C, NH, nullptr); });
+  const double unfused_bwd = MedianMs([&] {
+    cu::attention_backward(ctx, dqkv.p, att_scratch.p, dy.p, qkv.p, att.p, B, T, C, NH, nullptr);
+  });
+  ReportFlops("attention_forward", shape, att_flops, unfused_fwd);
+  ReportFlops("attention_backward", shape, 2.0 * att_flops, unfused_bwd);
+  // The fused kernels at the same shapes, and which path is faster: GptCuda runs the fused one
+  // wherever the head size allows (launch::FlashAttentionSupported). The FLOP count is the
+  // unfused path's full T x T products; the fused kernels compute only the causal half's tiles,
+  // so their TFLOP/s figure is up to twice the work done. Compare the milliseconds.
+  {
+    Buf<float> att_lse(static_cast<long>(B) * NH * T);
+    Buf<char> flash_scratch(static_cast<long>(cu::launch::FlashAttentionScratchBytes(B, T, NH)));
+    const double fused_fwd =
+        MedianMs([&] { cu::flash_attention_forward(y.p, att_lse.p, qkv.p, B, T, C, NH, nullptr); });
+    const double fused_bwd = MedianMs([&] {
+      cu::flash_attention_backward(dqkv.p, flash_scratch.p, dy.p, y.p, qkv.p, att_lse.p, B, T, C,
+                                   NH, nullptr);
+    });
+    ReportFlops("flash_attention_forward", shape, att_flops, fused_fwd);
+    ReportFlops("flash_attention_backward", shape, 2.0 * att_flops, fused_bwd);
+    std::printf("attention fused/unfused (forward + backward): %.3f ms / %.3f ms = %.2f; the %s\n",
+                fused_fwd + fused_bwd, unfused_fwd + unfused_bwd,
+                (fused_fwd + fused_bwd) / (unfused_fwd + unfused_bwd),
+                fused_fwd + fused_bwd <= unfused_fwd + unfused_bwd
+                    ? "fused path, GptCuda's default, is faster"
+                    : "UNFUSED path is faster: GptCuda's default should change");
+  }
   std::snprintf(shape, sizeof shape, "n=%ld", N * 4 * C);
   ReportBytes("gelu_forward", shape, 2.0 * N * 4 * C * 2,
               MedianMs([&] { cu::gelu_forward(y.p, x.p, N * 4 * C, nullptr); }));

@@ -21,6 +21,7 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/crossentropy.h"
 #include "kernels/cuda/encoder.h"
+#include "kernels/cuda/flash_attention.h"
 #include "kernels/cuda/gelu.h"
 #include "kernels/cuda/grad_norm.h"
 #include "kernels/cuda/launch.h"
@@ -630,6 +631,90 @@ std::vector<Result> CheckAttention(cu::GemmContext& ctx, int B, int T, int C, in
   const long rows = static_cast<long>(RB) * T;
   const char* names[3] = {"attention_backward.dq", "attention_backward.dk",
                           "attention_backward.dv"};
+  for (int p = 0; p < 3; ++p) {
+    results.push_back(
+        Make(names[p], shape,
+             finite ? RelativeError(QkvPart(added, rows, C, p), QkvPart(g, rows, C, p)) : kInf,
+             kTolBf16Gemm, note));
+  }
+  Sync();
+  return results;
+}
+
+std::vector<Result> CheckFlashAttention(int B, int T, int C, int NH, int ref_batches,
+                                        std::uint64_t seed) {
+  std::vector<Result> results;
+  Rng rng(seed);
+  std::ostringstream s;
+  s << "B=" << B << " T=" << T << " C=" << C << " NH=" << NH;
+  const std::string shape = s.str();
+  const int RB = std::min(B, ref_batches);
+  const std::string note =
+      RB < B ? "reference on the first " + std::to_string(RB) + " of B; all finite" : "";
+  const int HS = C / NH;
+  const long n_qkv = static_cast<long>(B) * T * 3 * C, n_out = static_cast<long>(B) * T * C;
+  const long n_lse = static_cast<long>(B) * NH * T;
+  const long r_qkv = static_cast<long>(RB) * T * 3 * C, r_out = static_cast<long>(RB) * T * C;
+  const long r_lse = static_cast<long>(RB) * NH * T;
+  const Bits qkv = RandomBits(rng, n_qkv, -1.5f, 1.5f);
+  Dev<bf16> qkv_d(n_qkv), out_d(n_out);
+  Dev<float> lse_d(n_lse);
+  qkv_d.Upload(qkv);
+  out_d.Poison();
+  lse_d.Poison();
+  cu::flash_attention_forward(out_d.get(), lse_d.get(), qkv_d.get(), B, T, C, NH, nullptr);
+  const Doubles qkv_r = ToDouble(qkv, 0, r_qkv);
+  Doubles out_r(r_out), att_r(r_lse * T), lse_r(r_lse);
+  ref::attention_forward(out_r.data(), att_r.data(), qkv_r.data(), RB, T, C, NH);
+  // lse of row (b, h, t): log sum_j<=t exp(scale q_t . k_j), in double from the same inputs.
+  const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
+  for (long b = 0; b < RB; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      for (int t = 0; t < T; ++t) {
+        const double* q = qkv_r.data() + (b * T + t) * 3 * C + h * HS;
+        std::vector<double> z(t + 1);
+        double mx = -kInf;
+        for (int j = 0; j <= t; ++j) {
+          const double* k = qkv_r.data() + (b * T + j) * 3 * C + C + h * HS;
+          double dot = 0;
+          for (int c = 0; c < HS; ++c) dot += q[c] * k[c];
+          z[j] = dot * scale;
+          mx = std::max(mx, z[j]);
+        }
+        double sum = 0;
+        for (double v : z) sum += std::exp(v - mx);
+        lse_r[(b * NH + h) * T + t] = mx + std::log(sum);
+      }
+    }
+  }
+  const Bits out = out_d.Download<std::uint16_t>();
+  const std::vector<float> lse = lse_d.Download<float>();
+  results.push_back(Make("flash_attention_forward.out", shape,
+                         AllFinite(out) ? RelativeError(ToDouble(out, 0, r_out), out_r) : kInf,
+                         kTolBf16Gemm, note));
+  results.push_back(Make("flash_attention_forward.lse", shape,
+                         AllFinite(lse) ? RelativeError(ToDouble(lse, 0, r_lse), lse_r) : kInf,
+                         kTolBf16Gemm, note));
+
+  const Bits dout = RandomBits(rng, n_out, -1, 1);
+  const Doubles dout_r = ToDouble(dout, 0, r_out);
+  Doubles g(r_qkv, 0.0), ref_scratch(r_lse * T);
+  ref::attention_backward(g.data(), ref_scratch.data(), dout_r.data(), qkv_r.data(), att_r.data(),
+                          RB, T, C, NH);
+  const Bits init = GradInit(rng, g, n_qkv);
+  Dev<bf16> dout_d(n_out), dqkv_d(n_qkv);
+  Dev<char> scratch(static_cast<long>(cu::launch::FlashAttentionScratchBytes(B, T, NH)));
+  dout_d.Upload(dout);
+  dqkv_d.Upload(init);
+  scratch.Poison();
+  cu::flash_attention_backward(dqkv_d.get(), scratch.get(), dout_d.get(), out_d.get(), qkv_d.get(),
+                               lse_d.get(), B, T, C, NH, nullptr);
+  const Bits dqkv = dqkv_d.Download<std::uint16_t>();
+  const bool finite = AllFinite(dqkv);
+  const Doubles added = Added(ToDouble(dqkv, 0, r_qkv), ToDouble(init, 0, r_qkv));
+  const long rows = static_cast<long>(RB) * T;
+  const char* names[3] = {"flash_attention_backward.dq", "flash_attention_backward.dk",
+                          "flash_attention_backward.dv"};
   for (int p = 0; p < 3; ++p) {
     results.push_back(
         Make(names[p], shape,

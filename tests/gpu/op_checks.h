@@ -64,6 +64,11 @@ std::vector<Result> CheckMatmulBackward(kernels::cuda::GemmContext& ctx, int N, 
 // min(B, ref_batches) batch elements (they are independent).
 std::vector<Result> CheckAttention(kernels::cuda::GemmContext& ctx, int B, int T, int C, int NH,
                                    int ref_batches, std::uint64_t seed);
+// fused (flash) attention forward and backward at (B, T, C, NH), C / NH a supported head size:
+// out, the log-sum-exp and the three parts of the qkv gradient against the same double
+// reference as CheckAttention, on the first min(B, ref_batches) batch elements.
+std::vector<Result> CheckFlashAttention(int B, int T, int C, int NH, int ref_batches,
+                                        std::uint64_t seed);
 // softmax + cross-entropy forward and backward over (N, V) logits with row stride Vp >= V; the
 // reference covers the first min(N, ref_rows) rows.
 std::vector<Result> CheckCrossEntropy(int N, int V, int Vp, int ref_rows, std::uint64_t seed);

@@ -133,6 +133,15 @@ TEST(CudaAllocatorReplayTest, ConstantsAreTheWorkersOwn) {
   EXPECT_EQ(kCudaGemmWorkspaceBytes, int64_t(launch::kMatmulWorkspaceBytes));
   EXPECT_EQ(kCudaGradNormBlocks, int64_t(launch::kGradNormBlocks));
   EXPECT_EQ(kCudaColumnSumRows, int64_t(launch::kColumnSumRows));
+  EXPECT_EQ(kCudaFlashMaxHeadSize, int64_t(launch::kFlashMaxHeadSize));
+  // GptCuda's choice of attention kernels and the planner's agree on every head shape.
+  for (int64_t nh = 1; nh <= 32; ++nh) {
+    for (int64_t hs = 1; hs <= 160; ++hs) {
+      EXPECT_EQ(CudaFlashAttention(nh * hs, nh), launch::FlashAttentionSupported(nh * hs, nh))
+          << "NH " << nh << " HS " << hs;
+    }
+  }
+  EXPECT_FALSE(CudaFlashAttention(100, 3));  // C not divisible by NH
 }
 
 // The scratch requests, the padded parameter count and the buckets, from the worker's own
@@ -159,8 +168,13 @@ TEST(CudaAllocatorReplayTest, ScratchAndBucketsAreTheWorkersOwn) {
       namespace launch = kernels::cuda::launch;
       EXPECT_EQ(by_name["layernorm scratch"],
                 int64_t(launch::LayerNormBackwardScratchFloats(N, m.hidden) * sizeof(float)));
+      // Every preset has heads of 16 or 64 channels: the fused kernels' scratch and, per
+      // block, the fp32 log-sum-exp instead of the (B, NH, T, T) probabilities.
+      ASSERT_TRUE(launch::FlashAttentionSupported(m.hidden, m.heads));
       EXPECT_EQ(by_name["attention scratch"],
-                int64_t(launch::AttentionScratchBytes(m.seq_len, m.heads)));
+                int64_t(launch::FlashAttentionScratchBytes(b, m.seq_len, m.heads)));
+      EXPECT_EQ(by_name.count("att"), 0u);
+      EXPECT_EQ(by_name["att lse"], int64_t{m.layers} * b * m.heads * m.seq_len * 4);
       EXPECT_EQ(by_name["params"], int64_t(padded.total * 2));
       EXPECT_EQ(by_name["master"], int64_t(train::ParamCount(table) * 4));  // no padding rows
       EXPECT_EQ(by_name["logits"], int64_t{N} * padded.padded_vocab * 2);

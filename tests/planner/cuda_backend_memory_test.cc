@@ -28,36 +28,43 @@ struct ByComponent {
 // Hand-computed from gpt_cuda.cc and cuda_backend.cc (every request rounded up to 512 B; none of
 // these shapes leaves a tail the large pool keeps whole).
 //
+// Both presets have heads the fused attention kernels handle (16 and 64 channels): per block the
+// fp32 log-sum-exp (B, NH, T) instead of the (B, NH, T, T) probabilities, and a scratch of one
+// fp32 per query and head.
+//
 // tiny (L=2, C=64, NH=4, T=64, V=256 = Vp, n = P = 120,576), B=2, N=128:
 //  weights = gradients = 2n = 241,152; optimizer = 3·4n = 1,446,912.
-//  activations: L·(2·N·16·C + 16·N + 2·B·NH·T²) = 2·(262,144 + 2,048 + 65,536) = 659,456; the
-//    four stacked fp32 statistics (L·N·4 = 1,024 B) are already multiples of 512.
+//  activations: L·(2·N·16·C + 16·N + 4·B·NH·T) = 2·(262,144 + 2,048 + 2,048) = 532,480; the
+//    four stacked fp32 statistics (L·N·4 = 1,024 B) and the log-sum-exp (4,096 B) are already
+//    multiples of 512.
 //  embedding_and_logits: encoded, proj, lnf 3·16,384; logits, dlogits 2·65,536; seven fp32 or
 //    int32 vectors of N (512 B each) = 49,152 + 131,072 + 3,584 = 183,808.
 //  workspace: 2·14·N·C = 229,376; layernorm scratch 4·2·2·64 = 1,024; attention scratch
-//    4·16,384 + 2·16,384 = 98,304; norm partials 4,096 and result 512; the backend's 16 host
-//    values 512; GEMM 32 MiB: 333,824 + 33,554,432 = 33,888,256.
-//  fragmentation: all of it is in the small pool, 3,106,304 B of blocks in two 2 MiB segments:
-//    4,194,304 − 3,106,304 = 1,088,000.
+//    4·B·NH·T = 2,048; norm partials 4,096 and result 512; the backend's 16 host values 512;
+//    GEMM 32 MiB: 237,568 + 33,554,432 = 33,792,000.
+//  fragmentation: all of it is in the small pool, 2,883,072 B of blocks in two 2 MiB segments:
+//    4,194,304 − 2,883,072 = 1,311,232.
 //
 // gpt2-124m (L=12, C=768, NH=12, T=1024, V=50,257, Vp=50,304, P=124,439,808,
 // n = P + 47·768 = 124,475,904), B=16, N=16,384:
 //  weights = gradients = 2n = 248,951,808; optimizer = 12P = 1,493,277,696 (the masters and
 //    moments are kept in the table's layout: no padding rows).
-//  activations: 12·(2·16,384·16·768 + 16·16,384 + 2·16·12·1024²)
-//    = 12·(402,653,184 + 262,144 + 402,653,184) = 9,666,822,144.
+//  activations: 12·(2·16,384·16·768 + 16·16,384 + 4·16·12·1024)
+//    = 12·(402,653,184 + 262,144 + 786,432) = 4,844,421,120 (half of the unfused kernels'
+//    9,666,822,144: the probabilities were as large as all the other activations together).
 //  embedding_and_logits: 3·2·N·C = 75,497,472; 2·2·N·Vp = 3,296,722,944; 7·4·N = 458,752:
 //    3,372,679,168.
 //  workspace: 2·14·N·C = 352,321,536; layernorm 4·2·256·768 = 1,572,864; attention
-//    12·1024²·6 = 75,497,472; 4,096 + 512; the host values 512; GEMM 33,554,432: 462,951,424.
-//  fragmentation: the 1.5 MiB layernorm scratch opens a 20 MiB segment (18.5 MiB left free);
-//    the small pool holds the norm's 4,096 + 512, the host values' 512, four 786,432 B
-//    statistics and seven 65,536 B vectors in two 2 MiB segments, best fit leaving
-//    60,416 + 524,288 free: 19,398,656 + 584,704 = 19,983,360.
+//    4·16·12·1024 = 786,432; 4,096 + 512; the host values 512; GEMM 33,554,432: 388,240,384.
+//  fragmentation: the 9 MiB log-sum-exp opens a 20 MiB segment, the 1.5 MiB layernorm scratch
+//    takes its best fit from the 11 MiB left (9.5 MiB stay free); the small pool holds the
+//    norm's 4,096 + 512, the host values' 512, four 786,432 B statistics, the 786,432 B
+//    attention scratch and seven 65,536 B vectors, 4,396,032 B in three 2 MiB segments:
+//    9,961,472 + 1,895,424 = 11,856,896.
 const ByComponent kByComponent[] = {
-    {"tiny", 2, 241'152, 241'152, 1'446'912, 659'456, 183'808, 33'888'256, 1'088'000},
-    {"gpt2-124m", 16, 248'951'808, 248'951'808, 1'493'277'696, 9'666'822'144, 3'372'679'168,
-     462'951'424, 19'983'360},
+    {"tiny", 2, 241'152, 241'152, 1'446'912, 532'480, 183'808, 33'792'000, 1'311'232},
+    {"gpt2-124m", 16, 248'951'808, 248'951'808, 1'493'277'696, 4'844'421'120, 3'372'679'168,
+     388'240'384, 11'856'896},
 };
 
 TEST(CudaBackendMemoryTest, HandComputedComponents) {
@@ -104,14 +111,14 @@ TEST(CudaBackendMemoryTest, ZeroOneHoldsItsRangeOfTheOptimizerState) {
   EXPECT_DOUBLE_EQ(z->gradients, p->gradients);
 }
 
-// The figure: gpt2-124m at b = 16 on one GPU is about 14.4 GiB allocated, not the
-// published formula's 27.3 GiB.
+// gpt2-124m at b = 16 on one GPU is about 9.9 GiB allocated with the fused attention (14.4 GiB
+// with the unfused kernels' probabilities), not the published formula's 27.3 GiB.
 TEST(CudaBackendMemoryTest, Gpt2SmallIsHalfThePublishedFormula) {
   Layout l;
   l.micro_batch = 16;
   const ModelShape m = *ResolvePreset("gpt2-124m");
   const MemoryBreakdown cuda = *CudaBackendMemory(m, Precision::kBf16, l);
-  EXPECT_DOUBLE_EQ(cuda.allocated(), 15'493'634'048);  // 14.43 GiB
+  EXPECT_DOUBLE_EQ(cuda.allocated(), 10'596'521'984);  // 9.87 GiB
   const MemoryBreakdown formula =
       StageMemory(m, Precision::kBf16, l, *DefaultDevice("H200", 1, 1), 0, m.layers);
   EXPECT_GT(formula.total() / cuda.total(), 1.7);
@@ -134,10 +141,11 @@ TEST(CudaBackendMemoryTest, GrowsWithTheMicroBatch) {
     previous = r.allocated();
     EXPECT_DOUBLE_EQ(r.weights + r.gradients + r.optimizer,
                      two.weights + two.gradients + two.optimizer);
-    // T = 1024 makes every activation request a multiple of 512 B, and from b = 2 on no block
-    // is handed out whole: exactly linear in b.
+    // T = 1024 makes every activation request a multiple of 512 B: linear in b up to a tail of
+    // at most 1 MiB that the allocator hands out with a block instead of splitting it off (at
+    // b = 32 the 18 MiB log-sum-exp leaves 2 MiB of its 20 MiB segment to a later request).
     if (b >= 2) {
-      EXPECT_DOUBLE_EQ(r.activations, b / 2.0 * two.activations);
+      EXPECT_NEAR(r.activations, b / 2.0 * two.activations, 1 << 20);
     }
   }
   // At b = 1 the 18 MiB ln1 takes the 18.5 MiB left in the 20 MiB segment that the 1.5 MiB
@@ -160,7 +168,9 @@ TEST(CudaBackendMemoryTest, DataParallelAddsTheGradientBuckets) {
     EXPECT_DOUBLE_EQ(a.comm_buffers, 0);
     EXPECT_DOUBLE_EQ(b.weights, a.weights);
     EXPECT_DOUBLE_EQ(b.activations, a.activations);
-    EXPECT_DOUBLE_EQ(b.embedding_and_logits, a.embedding_and_logits);
+    // The buckets come first and change which free tails later requests find: up to one tail
+    // of at most 1 MiB handed out whole.
+    EXPECT_NEAR(b.embedding_and_logits, a.embedding_and_logits, 1 << 20);
     EXPECT_DOUBLE_EQ(b.workspace, a.workspace);
     int buckets = 0;
     double bucket_bytes = 0;
@@ -241,14 +251,14 @@ TEST(CudaBackendMemoryTest, ShardsHoldTheirPartOfTheModel) {
   EXPECT_DOUBLE_EQ(s0.comm_buffers, 2 * 2 * 16384.0);
   EXPECT_DOUBLE_EQ(s1.comm_buffers, 1 * 2 * 16384.0);
 
-  // Tensor parallel 2: the sliced widths halve (qkv 3C, atty C, att, fch and fch_gelu 4C of the
-  // 16 values of width C, and NH/2 heads), the replicated ones (ln1, residual2, ln2, residual3)
-  // and the statistics stay.
+  // Tensor parallel 2: the sliced widths halve (qkv 3C, atty C, fch and fch_gelu 4C of the 16
+  // values of width C, and the attention's log-sum-exp of NH/2 heads), the replicated ones (ln1,
+  // residual2, ln2, residual3) and the statistics stay.
   Layout tp = one;
   tp.tp = 2;
   const MemoryBreakdown t = *CudaBackendMemory(m, Precision::kBf16, tp);
   const double N = 2 * 64, C = 64, L = 2, B = 2, NH = 4, T = 64;
-  const double sliced = L * (2 * N * 12 * C + 2 * B * NH * T * T) / 2;
+  const double sliced = L * (2 * N * 12 * C + 4 * B * NH * T) / 2;
   const double kept = L * (2 * N * 4 * C + 16 * N);
   EXPECT_DOUBLE_EQ(t.activations, sliced + kept);
   EXPECT_DOUBLE_EQ(whole.activations, 2 * sliced + kept);

@@ -348,6 +348,7 @@ void RunGrid(dim3 grid, dim3 block, const std::function<void()>& body) {
     for (unsigned by = 0; by < grid.y; ++by) {
       for (unsigned bx = 0; bx < grid.x; ++bx, ++index) {
         b.slots.assign(threads / 32, {});
+        b.tiles.assign(threads / 32, {});
         b.or_result = 0;
         blockIdx = uint3{bx, by, bz};
         RunBlock(threads, index % 2 == 1);
@@ -856,3 +857,20 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
 }
 
 }  // extern "C"
+
+namespace nvcuda::wmma::internal {
+
+// What a GPU requires of a wmma load or store: a 256-bit aligned pointer and a leading dimension
+// that is a multiple of 16 bytes.
+void CheckTile(const void* p, unsigned ldm, size_t element_bytes, const char* what) {
+  if (reinterpret_cast<std::uintptr_t>(p) % 32 != 0) {
+    std::fprintf(stderr, "cuda_emu: %s: pointer %p is not 32-byte aligned\n", what, p);
+    std::abort();
+  }
+  if (ldm * element_bytes % 16 != 0) {
+    std::fprintf(stderr, "cuda_emu: %s: ldm %u is not a multiple of 16 bytes\n", what, ldm);
+    std::abort();
+  }
+}
+
+}  // namespace nvcuda::wmma::internal

@@ -57,6 +57,12 @@ void SmallShapes() {
   Print(gc::CheckAttention(ctx, 3, 13, 15, 5, 3, 52));
   Print(gc::CheckAttention(ctx, 2, 33, 64, 2, 1, 53));
   Print(gc::CheckAttention(ctx, 1, 2, 8, 2, 1, 54));
+  // Fused attention: head sizes 16, 32, 48 and 64; T below one tile, across tiles and blocks
+  // and not a multiple of either.
+  Print(gc::CheckFlashAttention(2, 7, 32, 2, 2, 55));
+  Print(gc::CheckFlashAttention(3, 70, 64, 2, 3, 56));
+  Print(gc::CheckFlashAttention(2, 33, 48, 1, 2, 57));
+  Print(gc::CheckFlashAttention(1, 130, 128, 2, 1, 58));
   Print(gc::CheckCrossEntropy(11, 101, 104, 11, 61));
   Print(gc::CheckCrossEntropy(7, 50, 50, 7, 62));
   Print(gc::CheckCrossEntropy(5, 3000, 3008, 3, 63));

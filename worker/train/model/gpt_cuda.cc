@@ -10,6 +10,7 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/crossentropy.h"
 #include "kernels/cuda/encoder.h"
+#include "kernels/cuda/flash_attention.h"
 #include "kernels/cuda/gelu.h"
 #include "kernels/cuda/grad_norm.h"
 #include "kernels/cuda/launch.h"
@@ -62,6 +63,7 @@ GptCuda::GptCuda(const ModelDims& dims, int device, const ModelShard& shard, Ncc
   blocks_ = shard_.last_block - shard_.first_block;
   heads_local_ = dims.heads / shard_.tp_size;
   qkv_local_ = dims.channels / shard_.tp_size;
+  flash_ = launch::FlashAttentionSupported(qkv_local_, heads_local_);
   mlp_local_ = 4 * dims.channels / shard_.tp_size;
   num_params_ = ParamCount(table_);
   layout_ = MakePaddedLayout(table_, kVocabMultiple);
@@ -182,7 +184,11 @@ void GptCuda::Reserve(int B, int T, int slots) {
     x.ln1_rstd = f32(L * N);
     x.qkv = bf(L * N * 3 * Cl);
     x.atty = bf(L * N * Cl);
-    x.att = bf(L * B * NHl * T * T);
+    if (flash_) {
+      x.att_lse = f32(L * B * NHl * T);
+    } else {
+      x.att = bf(L * B * NHl * T * T);
+    }
     x.residual2 = bf(L * N * C);
     x.ln2 = bf(L * N * C);
     x.ln2_mean = f32(L * N);
@@ -218,7 +224,8 @@ void GptCuda::Reserve(int B, int T, int slots) {
   s_.dfch = bf(N * Fl);
   s_.ln_scratch = f32(static_cast<size_t>(
       launch::LayerNormBackwardScratchFloats(static_cast<long>(N), static_cast<long>(C))));
-  s_.att_scratch = Alloc(launch::AttentionScratchBytes(T, static_cast<long>(NHl)));
+  s_.att_scratch = Alloc(flash_ ? launch::FlashAttentionScratchBytes(B, T, static_cast<long>(NHl))
+                                : launch::AttentionScratchBytes(T, static_cast<long>(NHl)));
   act_blocks_.push_back(s_.att_scratch);
 
   host_losses_.assign(N, 0.0f);
@@ -340,7 +347,7 @@ void GptCuda::BlockForward(int l, const Tensors& w) {
   float* ln1_rstd = a_.ln1_rstd + sl * sN;                         // (B, T)
   bf16* qkv = a_.qkv + sl * sN * 3 * sCl;                          // (B, T, 3Cl)
   bf16* atty = a_.atty + sl * sN * sCl;                            // (B, T, Cl)
-  bf16* att = a_.att + sl * static_cast<size_t>(B) * NHl * T * T;  // (B, NH/tp, T, T)
+  const size_t BHT = static_cast<size_t>(B) * NHl * T;
   bf16* residual2 = a_.residual2 + sl * NC;                        // (B, T, C)
   bf16* ln2 = a_.ln2 + sl * NC;                                    // (B, T, C)
   float* ln2_mean = a_.ln2_mean + sl * sN;                         // (B, T)
@@ -354,7 +361,12 @@ void GptCuda::BlockForward(int l, const Tensors& w) {
 
   kc::layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, ln1w, ln1b, N, C, stream_);
   kc::matmul_forward(*gemm_, qkv, ln1, qkvw, qkvb, N, C, 3 * Cl, stream_);  // (N, 3Cl)
-  kc::attention_forward(*gemm_, atty, att, s_.att_scratch, qkv, B, T, Cl, NHl, stream_);
+  if (flash_) {
+    kc::flash_attention_forward(atty, a_.att_lse + sl * BHT, qkv, B, T, Cl, NHl, stream_);
+  } else {
+    kc::attention_forward(*gemm_, atty, a_.att + sl * BHT * T, s_.att_scratch, qkv, B, T, Cl, NHl,
+                          stream_);  // att (B, NH/tp, T, T)
+  }
   kc::matmul_forward(*gemm_, a_.proj, atty, attprojw, bias_here ? attprojb : nullptr, N, Cl, C,
                      stream_);  // (N, C)
   TpAllReduce(a_.proj, NC);
@@ -500,7 +512,7 @@ void GptCuda::BlockBackward(int l, const Tensors& w, const Tensors& g) {
   const float* ln1_rstd = a_.ln1_rstd + sl * sN;                         // (B, T)
   const bf16* qkv = a_.qkv + sl * sN * 3 * sCl;                          // (B, T, 3Cl)
   const bf16* atty = a_.atty + sl * sN * sCl;                            // (B, T, Cl)
-  const bf16* att = a_.att + sl * static_cast<size_t>(B) * NHl * T * T;  // (B, NH/tp, T, T)
+  const size_t BHT = static_cast<size_t>(B) * NHl * T;
   const bf16* residual2 = a_.residual2 + sl * NC;                        // (B, T, C)
   const bf16* ln2 = a_.ln2 + sl * NC;                                    // (B, T, C)
   const float* ln2_mean = a_.ln2_mean + sl * sN;                         // (B, T)
@@ -528,8 +540,13 @@ void GptCuda::BlockBackward(int l, const Tensors& w, const Tensors& g) {
   kc::matmul_backward(*gemm_, s_.datty, dattprojw, dattprojb, s_.dresidual, atty, attprojw, N, Cl,
                       C, stream_);
   zero(s_.dqkv, sN * 3 * sCl);
-  kc::attention_backward(*gemm_, s_.dqkv, s_.att_scratch, s_.datty, qkv, att, B, T, Cl, NHl,
-                         stream_);
+  if (flash_) {
+    kc::flash_attention_backward(s_.dqkv, s_.att_scratch, s_.datty, atty, qkv,
+                                 a_.att_lse + sl * BHT, B, T, Cl, NHl, stream_);
+  } else {
+    kc::attention_backward(*gemm_, s_.dqkv, s_.att_scratch, s_.datty, qkv, a_.att + sl * BHT * T, B,
+                           T, Cl, NHl, stream_);  // att (B, NH/tp, T, T)
+  }
   zero(s_.dln, NC);
   kc::matmul_backward(*gemm_, s_.dln, dqkvw, dqkvb, s_.dqkv, ln1, qkvw, N, C, 3 * Cl, stream_);
   TpAllReduce(s_.dln, NC);  // each rank's d(ln1) covers only its heads

@@ -225,7 +225,8 @@ class GptCuda {
     float* ln1_rstd;  // (Lb, B, T) fp32
     bf16* qkv;        // (Lb, B, T, 3Cl)
     bf16* atty;       // (Lb, B, T, Cl)
-    bf16* att;        // (Lb, B, NH/tp, T, T)
+    bf16* att;        // (Lb, B, NH/tp, T, T) probabilities (unfused attention only)
+    float* att_lse;   // (Lb, B, NH/tp, T) fp32 log-sum-exp per query (fused attention only)
     bf16* residual2;  // (Lb, B, T, C)
     bf16* ln2;        // (Lb, B, T, C)
     float* ln2_mean;  // (Lb, B, T) fp32
@@ -254,7 +255,9 @@ class GptCuda {
     bf16* dfch_gelu;    // (B, T, Fl)
     bf16* dfch;         // (B, T, Fl)
     float* ln_scratch;  // LayerNormBackwardScratchFloats(N, C) fp32
-    void* att_scratch;  // AttentionScratchBytes(T, NH/tp) bytes (also the forward's)
+    // Fused: FlashAttentionScratchBytes(B, T, NH/tp) bytes (backward only); unfused:
+    // AttentionScratchBytes(T, NH/tp) (forward and backward).
+    void* att_scratch;
   };
   // Typed views of one parameter-shaped bf16 buffer (params or grads), in the device layout.
   struct Tensors {
@@ -285,6 +288,10 @@ class GptCuda {
   int blocks_ = 0;                  // Lb
   int heads_local_ = 0;             // NH / tp
   int qkv_local_ = 0;               // Cl
+  // The fused attention kernels (kernels/cuda/flash_attention.h) where they handle the head size
+  // (launch::FlashAttentionSupported), else the unfused ones. The planner's memory model
+  // (server/planner/cuda_backend_memory.cc) makes the same choice.
+  bool flash_ = false;
   int mlp_local_ = 0;               // Fl
   std::vector<TensorInfo> table_;   // the shard's table (unpadded)
   size_t num_params_ = 0;           // the table's total (unpadded)
