@@ -165,6 +165,8 @@ class GPT {
  private:
   // The forward and backward pass of block l (local index, 0 = first_block) of the micro-batch
   // in `a`; see gpt_block.cc.
+  // The shared block pass (block_pass.h) over the CPU kernels: gpt_block.cc.
+  struct BlockOps;
   void BlockForward(int l, const Activations& a, int B, int T);
   void BlockBackward(int l, const Activations& a, int B, int T);
   // Sums buf (n) over the tp group in place (nothing without tensor parallelism).

@@ -1,13 +1,6 @@
-// One transformer block of GPT, forward and backward, on this rank's tensor-parallel slice.
-//
-// Megatron's split (DESIGN.md, "TP"): qkvw and fcw are column-parallel (each rank computes its
-// heads' q, k, v and its slice of the MLP from the replicated layernorm output), attprojw and
-// fcprojw row-parallel (each rank's product is a partial sum over its input slice). So the
-// forward pass all-reduces the two row-parallel outputs and the backward pass the two
-// layernorm-output gradients of the column-parallel inputs: two all-reduces per block each way.
-// Everything between (layernorms, residuals, biases of the row-parallel layers) is replicated
-// and computed identically on every tp rank. With tp = 1 this is llm.c's block, kernel call for
-// kernel call.
+// The CPU model's transformer block: the shared block pass (block_pass.h, the sequence and the
+// tensor-parallel split, written once for both backends) over the fp32 CPU kernels of kernels/.
+// With tp = 1 this is llm.c's block, kernel call for kernel call.
 #include <cstring>
 
 #include "kernels/attention.h"
@@ -16,6 +9,7 @@
 #include "kernels/matmul.h"
 #include "kernels/residual.h"
 #include "worker/train/comm/communicator.h"
+#include "worker/train/model/block_pass.h"
 #include "worker/train/model/gpt.h"
 
 namespace loom::train {
@@ -24,44 +18,93 @@ namespace k = loom::kernels::cpu;
 
 namespace {
 
-// The sizes of one block on this rank.
-struct BlockDims {
-  size_t C;    // channels
-  size_t Cl;   // channels of each of q, k, v here (this rank's heads times HS)
-  size_t NHl;  // heads here
-  size_t Fl;   // MLP width here
-};
-
-// One block's tensors (parameters or gradients), local block l of a stacked ParamTensors.
-struct BlockTensors {
-  float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
-  float *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
-};
-
-BlockTensors BlockOf(const ParamTensors& p, size_t l, const BlockDims& d) {
+BlockTensors<float> BlockOf(const ParamTensors& p, size_t l, const BlockShape& d) {
   const size_t C = d.C, Cl = d.Cl, Fl = d.Fl;
-  return BlockTensors{p.ln1w + l * C,      p.ln1b + l * C,          p.qkvw + l * 3 * Cl * C,
-                      p.qkvb + l * 3 * Cl, p.attprojw + l * C * Cl, p.attprojb + l * C,
-                      p.ln2w + l * C,      p.ln2b + l * C,          p.fcw + l * Fl * C,
-                      p.fcb + l * Fl,      p.fcprojw + l * C * Fl,  p.fcprojb + l * C};
+  return BlockTensors<float>{p.ln1w + l * C,      p.ln1b + l * C,          p.qkvw + l * 3 * Cl * C,
+                             p.qkvb + l * 3 * Cl, p.attprojw + l * C * Cl, p.attprojb + l * C,
+                             p.ln2w + l * C,      p.ln2b + l * C,          p.fcw + l * Fl * C,
+                             p.fcb + l * Fl,      p.fcprojw + l * C * Fl,  p.fcprojb + l * C};
 }
 
 // One block's activations: the l-th slice of each stacked buffer.
-struct BlockActs {
-  float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *attproj, *residual2;
-  float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *fcproj, *residual3;
-};
-
-BlockActs BlockActOf(const Activations& a, size_t l, size_t B, size_t T, const BlockDims& d) {
-  const size_t N = B * T, C = d.C, Cl = d.Cl, Fl = d.Fl;
-  return BlockActs{a.ln1 + l * N * C,       a.ln1_mean + l * N,      a.ln1_rstd + l * N,
-                   a.qkv + l * N * 3 * Cl,  a.atty + l * N * Cl,     a.att + l * B * d.NHl * T * T,
-                   a.attproj + l * N * C,   a.residual2 + l * N * C, a.ln2 + l * N * C,
-                   a.ln2_mean + l * N,      a.ln2_rstd + l * N,      a.fch + l * N * Fl,
-                   a.fch_gelu + l * N * Fl, a.fcproj + l * N * C,    a.residual3 + l * N * C};
+BlockActs<float> BlockActOf(const Activations& a, size_t l, const BlockShape& d) {
+  const size_t N = d.N, C = d.C, Cl = d.Cl, Fl = d.Fl;
+  return BlockActs<float>{a.ln1 + l * N * C,       a.ln1_mean + l * N,     a.ln1_rstd + l * N,
+                          a.qkv + l * N * 3 * Cl,  a.atty + l * N * Cl,    a.attproj + l * N * C,
+                          a.residual2 + l * N * C, a.ln2 + l * N * C,      a.ln2_mean + l * N,
+                          a.ln2_rstd + l * N,      a.fch + l * N * Fl,     a.fch_gelu + l * N * Fl,
+                          a.fcproj + l * N * C,    a.residual3 + l * N * C};
 }
 
 }  // namespace
+
+// The block pass's ops (block_pass.h) on the CPU kernels, at the model's (B, T).
+struct GPT::BlockOps {
+  GPT& m;
+  const Activations& a;
+  int B, T;
+  int N = B * T, C = m.dims_.channels;
+
+  float* Att(int l) const {
+    return a.att + static_cast<size_t>(l) * B * m.heads_local_ * T * T;  // (B, NH/tp, T, T)
+  }
+  void LayerNorm(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                 const float* b) {
+    k::layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+  }
+  void Linear(float* out, const float* inp, const float* w, const float* b, size_t in,
+              size_t out_ch) {
+    k::matmul_forward(out, inp, w, b, N, static_cast<int>(in), static_cast<int>(out_ch));
+  }
+  void LinearGelu(float* out, float* pre, const float* inp, const float* w, const float* b,
+                  size_t in, size_t out_ch) {
+    Linear(pre, inp, w, b, in, out_ch);
+    k::gelu_forward(out, pre, static_cast<long>(N) * static_cast<long>(out_ch));
+  }
+  void Attention(int l, float* out, const float* qkv) {
+    k::attention_forward(out, Att(l), qkv, B, T, m.qkv_local_, m.heads_local_);
+  }
+  // Each rank's product is a partial sum over its `in` columns, so the bias is added once,
+  // after the sum.
+  void RowParallel(float* out, const float* inp, const float* w, const float* b, size_t in) {
+    if (m.tp_ == nullptr) {
+      k::matmul_forward(out, inp, w, b, N, static_cast<int>(in), C);
+      return;
+    }
+    k::matmul_forward(out, inp, w, nullptr, N, static_cast<int>(in), C);
+    m.TpAllReduce(out, static_cast<size_t>(N) * C);
+    for (int n = 0; n < N; ++n) {
+      float* row = out + static_cast<size_t>(n) * C;
+      for (int c = 0; c < C; ++c) row[c] += b[c];
+    }
+  }
+  void ResidualLayerNorm(float* res, float* out, float* mean, float* rstd, const float* x,
+                         const float* y, const float* w, const float* b) {
+    Residual(res, x, y);
+    LayerNorm(out, mean, rstd, res, w, b);
+  }
+  void Residual(float* out, const float* x, const float* y) {
+    k::residual_forward(out, x, y, static_cast<long>(N) * C);
+  }
+  void Zero(float* buf, size_t n) { std::memset(buf, 0, n * sizeof(float)); }
+  void LinearBackward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                      const float* w, size_t in, size_t out_ch) {
+    k::matmul_backward(dinp, dw, db, dout, inp, w, N, static_cast<int>(in),
+                       static_cast<int>(out_ch));
+  }
+  void GeluBackward(float* dinp, const float* pre, const float* dout, size_t n) {
+    k::gelu_backward(dinp, pre, dout, static_cast<long>(n));
+  }
+  void AttentionBackward(int l, float* dqkv, const float* dout, const float* qkv, const float*) {
+    k::attention_backward(dqkv, m.scratch_.datt, dout, qkv, Att(l), B, T, m.qkv_local_,
+                          m.heads_local_);
+  }
+  void TpAllReduce(float* buf, size_t n) { m.TpAllReduce(buf, n); }
+  void LayerNormBackward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                         const float* w, const float* mean, const float* rstd) {
+    k::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+  }
+};
 
 void GPT::TpAllReduce(float* buf, size_t n) {
   if (tp_ == nullptr) return;
@@ -78,83 +121,24 @@ const float* GPT::BlockInput(const Activations& a, int l) const {
 }
 
 void GPT::BlockForward(int l, const Activations& a, int B, int T) {
-  const BlockDims d{static_cast<size_t>(dims_.channels), static_cast<size_t>(qkv_local_),
-                    static_cast<size_t>(heads_local_), static_cast<size_t>(mlp_local_)};
-  const int C = dims_.channels, Cl = qkv_local_, Fl = mlp_local_;
-  const int N = B * T;
-  const long NC = static_cast<long>(N) * C;
-  const BlockTensors w = BlockOf(ViewParams(params_.data(), table_), l, d);
-  const BlockActs x = BlockActOf(a, l, B, T, d);
-  const float* residual = BlockInput(a, l);
-
-  // out (N, C) = inp (N, K) @ weight (C, K)^T + bias, row-parallel: each rank's product is a
-  // partial sum over its K columns, so the bias is added once, after the sum.
-  auto row_parallel = [&](float* out, const float* inp, const float* weight, const float* bias,
-                          int K) {
-    if (tp_ == nullptr) {
-      k::matmul_forward(out, inp, weight, bias, N, K, C);
-      return;
-    }
-    k::matmul_forward(out, inp, weight, nullptr, N, K, C);
-    TpAllReduce(out, static_cast<size_t>(NC));
-    for (int n = 0; n < N; ++n) {
-      float* row = out + static_cast<size_t>(n) * C;
-      for (int c = 0; c < C; ++c) row[c] += bias[c];
-    }
-  };
-
-  k::layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1w, w.ln1b, N, C);
-  k::matmul_forward(x.qkv, x.ln1, w.qkvw, w.qkvb, N, C, 3 * Cl);       // (N, 3Cl)
-  k::attention_forward(x.atty, x.att, x.qkv, B, T, Cl, heads_local_);  // (N, Cl)
-  row_parallel(x.attproj, x.atty, w.attprojw, w.attprojb, Cl);         // (N, C)
-  k::residual_forward(x.residual2, residual, x.attproj, NC);
-  k::layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, w.ln2w, w.ln2b, N, C);
-  k::matmul_forward(x.fch, x.ln2, w.fcw, w.fcb, N, C, Fl);  // (N, Fl)
-  k::gelu_forward(x.fch_gelu, x.fch, static_cast<long>(N) * Fl);
-  row_parallel(x.fcproj, x.fch_gelu, w.fcprojw, w.fcprojb, Fl);  // (N, C)
-  k::residual_forward(x.residual3, x.residual2, x.fcproj, NC);
+  const BlockShape d{static_cast<size_t>(B) * T, static_cast<size_t>(dims_.channels),
+                     static_cast<size_t>(qkv_local_), static_cast<size_t>(mlp_local_)};
+  BlockOps ops{*this, a, B, T};
+  const size_t sl = static_cast<size_t>(l);
+  BlockForwardPass(ops, l, d, BlockOf(ViewParams(params_.data(), table_), sl, d),
+                   BlockActOf(a, sl, d), BlockInput(a, l));
 }
 
-// On entry scratch_.dresidual holds d(residual3 of block l); on exit d(block input). A residual
-// add passes its output gradient unchanged to both inputs, so dresidual is used directly as the
-// gradient of the branch output, and each branch's input gradient is added into it.
 void GPT::BlockBackward(int l, const Activations& a, int B, int T) {
-  const BlockDims d{static_cast<size_t>(dims_.channels), static_cast<size_t>(qkv_local_),
-                    static_cast<size_t>(heads_local_), static_cast<size_t>(mlp_local_)};
-  const int C = dims_.channels, Cl = qkv_local_, Fl = mlp_local_;
-  const int N = B * T;
-  const size_t NC = static_cast<size_t>(N) * C;
-  const BlockTensors w = BlockOf(ViewParams(params_.data(), table_), l, d);
-  const BlockTensors dw = BlockOf(ViewParams(grads_.data(), table_), l, d);
-  const BlockActs x = BlockActOf(a, l, B, T, d);
-  const float* residual = BlockInput(a, l);
+  const BlockShape d{static_cast<size_t>(B) * T, static_cast<size_t>(dims_.channels),
+                     static_cast<size_t>(qkv_local_), static_cast<size_t>(mlp_local_)};
+  BlockOps ops{*this, a, B, T};
+  const size_t sl = static_cast<size_t>(l);
   const BackwardScratch& s = scratch_;
-  // The backward kernels accumulate, so every scratch buffer is zeroed before it is written.
-  auto zero = [](float* buf, size_t n) { std::memset(buf, 0, n * sizeof(float)); };
-  const size_t NFl = static_cast<size_t>(N) * Fl, NCl = static_cast<size_t>(N) * Cl;
-
-  // MLP branch: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))). The fcprojb gradient
-  // is the sum of the replicated dresidual: the whole bias gradient on every tp rank.
-  zero(s.dfch_gelu, NFl);
-  k::matmul_backward(s.dfch_gelu, dw.fcprojw, dw.fcprojb, s.dresidual, x.fch_gelu, w.fcprojw, N, Fl,
-                     C);
-  zero(s.dfch, NFl);
-  k::gelu_backward(s.dfch, x.fch, s.dfch_gelu, static_cast<long>(NFl));
-  zero(s.dln, NC);
-  k::matmul_backward(s.dln, dw.fcw, dw.fcb, s.dfch, x.ln2, w.fcw, N, C, Fl);
-  TpAllReduce(s.dln, NC);  // each rank's d(ln2) covers only its MLP slice
-  k::layernorm_backward(s.dresidual, dw.ln2w, dw.ln2b, s.dln, x.residual2, w.ln2w, x.ln2_mean,
-                        x.ln2_rstd, N, C);
-  // dresidual now holds d(residual2). Attention branch: residual2 = residual + attn(ln1(...)).
-  zero(s.datty, NCl);
-  k::matmul_backward(s.datty, dw.attprojw, dw.attprojb, s.dresidual, x.atty, w.attprojw, N, Cl, C);
-  zero(s.dqkv, 3 * NCl);
-  k::attention_backward(s.dqkv, s.datt, s.datty, x.qkv, x.att, B, T, Cl, heads_local_);
-  zero(s.dln, NC);
-  k::matmul_backward(s.dln, dw.qkvw, dw.qkvb, s.dqkv, x.ln1, w.qkvw, N, C, 3 * Cl);
-  TpAllReduce(s.dln, NC);  // each rank's d(ln1) covers only its heads
-  k::layernorm_backward(s.dresidual, dw.ln1w, dw.ln1b, s.dln, residual, w.ln1w, x.ln1_mean,
-                        x.ln1_rstd, N, C);
+  BlockBackwardPass(ops, l, d, BlockOf(ViewParams(params_.data(), table_), sl, d),
+                    BlockOf(ViewParams(grads_.data(), table_), sl, d), BlockActOf(a, sl, d),
+                    BlockInput(a, l),
+                    BlockScratch<float>{s.dresidual, s.dln, s.datty, s.dqkv, s.dfch, s.dfch_gelu});
 }
 
 }  // namespace loom::train

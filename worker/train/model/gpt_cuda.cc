@@ -19,6 +19,7 @@
 #include "kernels/cuda/residual.h"
 #include "worker/train/device/cuda_stream.h"
 #include "worker/train/error.h"
+#include "worker/train/model/block_pass.h"
 
 namespace loom::train {
 
@@ -322,63 +323,118 @@ double GptCuda::DeviceLap(Lap& lap) {
   return lap();
 }
 
-void GptCuda::BlockForward(int l, const Tensors& w) {
-  const int B = B_, T = T_, C = dims_.channels, Cl = qkv_local_, Fl = mlp_local_;
-  const int NHl = heads_local_;
-  const int N = B * T;
-  const size_t sl = static_cast<size_t>(l), sC = C, sN = N, sCl = Cl, sFl = Fl;
-  const size_t NC = sN * sC;
-  // Block l's weights (stacked along the stage's blocks; this rank's tp slices).
-  const bf16* ln1w = w.ln1w + sl * sC;
-  const bf16* ln1b = w.ln1b + sl * sC;
-  const bf16* qkvw = w.qkvw + sl * 3 * sCl * sC;
-  const bf16* qkvb = w.qkvb + sl * 3 * sCl;
-  const bf16* attprojw = w.attprojw + sl * sC * sCl;
-  const bf16* attprojb = w.attprojb + sl * sC;
-  const bf16* ln2w = w.ln2w + sl * sC;
-  const bf16* ln2b = w.ln2b + sl * sC;
-  const bf16* fcw = w.fcw + sl * sFl * sC;
-  const bf16* fcb = w.fcb + sl * sFl;
-  const bf16* fcprojw = w.fcprojw + sl * sC * sFl;
-  const bf16* fcprojb = w.fcprojb + sl * sC;
-  // Block l's activations.
-  bf16* ln1 = a_.ln1 + sl * NC;                                    // (B, T, C)
-  float* ln1_mean = a_.ln1_mean + sl * sN;                         // (B, T)
-  float* ln1_rstd = a_.ln1_rstd + sl * sN;                         // (B, T)
-  bf16* qkv = a_.qkv + sl * sN * 3 * sCl;                          // (B, T, 3Cl)
-  bf16* atty = a_.atty + sl * sN * sCl;                            // (B, T, Cl)
-  const size_t BHT = static_cast<size_t>(B) * NHl * T;
-  bf16* residual2 = a_.residual2 + sl * NC;                        // (B, T, C)
-  bf16* ln2 = a_.ln2 + sl * NC;                                    // (B, T, C)
-  float* ln2_mean = a_.ln2_mean + sl * sN;                         // (B, T)
-  float* ln2_rstd = a_.ln2_rstd + sl * sN;                         // (B, T)
-  bf16* fch = a_.fch + sl * sN * sFl;                              // (B, T, Fl)
-  bf16* fch_gelu = a_.fch_gelu + sl * sN * sFl;                    // (B, T, Fl)
-  bf16* residual3 = a_.residual3 + sl * NC;                        // (B, T, C)
-  const bf16* residual = BlockInput(l);                            // (B, T, C)
-  // Row-parallel layers: a partial sum per tp rank; tp rank 0 adds the bias, the sum has it once.
-  const bool bias_here = tp_ == nullptr || shard_.tp_rank == 0;
+// The block pass's ops (block_pass.h) on the CUDA kernels and the model's stream, at (B_, T_).
+struct GptCuda::BlockOps {
+  GptCuda& m;
+  int B = m.B_, T = m.T_, N = B * T, C = m.dims_.channels;
 
-  kc::layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, ln1w, ln1b, N, C, stream_);
-  kc::matmul_forward(*gemm_, qkv, ln1, qkvw, qkvb, N, C, 3 * Cl, stream_);  // (N, 3Cl)
-  if (flash_) {
-    kc::flash_attention_forward(atty, a_.att_lse + sl * BHT, qkv, B, T, Cl, NHl, stream_);
-  } else {
-    kc::attention_forward(*gemm_, atty, a_.att + sl * BHT * T, s_.att_scratch, qkv, B, T, Cl, NHl,
-                          stream_);  // att (B, NH/tp, T, T)
+  BlockShape Shape() const {
+    return BlockShape{static_cast<size_t>(N), static_cast<size_t>(C),
+                      static_cast<size_t>(m.qkv_local_), static_cast<size_t>(m.mlp_local_)};
   }
-  kc::matmul_forward(*gemm_, a_.proj, atty, attprojw, bias_here ? attprojb : nullptr, N, Cl, C,
-                     stream_);  // (N, C)
-  TpAllReduce(a_.proj, NC);
-  // residual2 = residual + attproj, then ln2 = layernorm(residual2), in one pass.
-  kc::residual_layernorm_forward(residual2, ln2, ln2_mean, ln2_rstd, residual, a_.proj, ln2w, ln2b,
-                                 N, C, stream_);
-  // fch = ln2 @ fcw^T + fcb (kept for the GELU backward), fch_gelu = gelu(fch): (N, Fl).
-  kc::matmul_gelu_forward(*gemm_, fch_gelu, fch, ln2, fcw, fcb, N, C, Fl, stream_);
-  kc::matmul_forward(*gemm_, a_.proj, fch_gelu, fcprojw, bias_here ? fcprojb : nullptr, N, Fl, C,
-                     stream_);
-  TpAllReduce(a_.proj, NC);
-  kc::residual_forward(residual3, residual2, a_.proj, static_cast<long>(NC), stream_);
+  size_t BHT() const { return static_cast<size_t>(B) * m.heads_local_ * T; }
+  void LayerNorm(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* w,
+                 const bf16* b) {
+    kc::layernorm_forward(out, mean, rstd, inp, w, b, N, C, m.stream_);
+  }
+  void Linear(bf16* out, const bf16* inp, const bf16* w, const bf16* b, size_t in, size_t out_ch) {
+    kc::matmul_forward(*m.gemm_, out, inp, w, b, N, static_cast<int>(in), static_cast<int>(out_ch),
+                       m.stream_);
+  }
+  void LinearGelu(bf16* out, bf16* pre, const bf16* inp, const bf16* w, const bf16* b, size_t in,
+                  size_t out_ch) {
+    kc::matmul_gelu_forward(*m.gemm_, out, pre, inp, w, b, N, static_cast<int>(in),
+                            static_cast<int>(out_ch), m.stream_);
+  }
+  void Attention(int l, bf16* out, const bf16* qkv) {
+    const size_t sl = static_cast<size_t>(l);
+    if (m.flash_) {
+      kc::flash_attention_forward(out, m.a_.att_lse + sl * BHT(), qkv, B, T, m.qkv_local_,
+                                  m.heads_local_, m.stream_);
+    } else {
+      kc::attention_forward(*m.gemm_, out, m.a_.att + sl * BHT() * T, m.s_.att_scratch, qkv, B, T,
+                            m.qkv_local_, m.heads_local_, m.stream_);  // att (B, NH/tp, T, T)
+    }
+  }
+  // A partial sum per tp rank; tp rank 0 adds the bias inside its GEMM, so the sum has it once.
+  void RowParallel(bf16* out, const bf16* inp, const bf16* w, const bf16* b, size_t in) {
+    const bool bias_here = m.tp_ == nullptr || m.shard_.tp_rank == 0;
+    kc::matmul_forward(*m.gemm_, out, inp, w, bias_here ? b : nullptr, N, static_cast<int>(in), C,
+                       m.stream_);
+    m.TpAllReduce(out, static_cast<size_t>(N) * C);
+  }
+  void ResidualLayerNorm(bf16* res, bf16* out, float* mean, float* rstd, const bf16* x,
+                         const bf16* y, const bf16* w, const bf16* b) {
+    kc::residual_layernorm_forward(res, out, mean, rstd, x, y, w, b, N, C, m.stream_);
+  }
+  void Residual(bf16* out, const bf16* x, const bf16* y) {
+    kc::residual_forward(out, x, y, static_cast<long>(N) * C, m.stream_);
+  }
+  void Zero(bf16* buf, size_t n) {
+    LOOM_CUDA_CHECK(cudaMemsetAsync(buf, 0, n * sizeof(bf16), m.stream_));
+  }
+  void LinearBackward(bf16* dinp, bf16* dw, bf16* db, const bf16* dout, const bf16* inp,
+                      const bf16* w, size_t in, size_t out_ch) {
+    kc::matmul_backward(*m.gemm_, dinp, dw, db, dout, inp, w, N, static_cast<int>(in),
+                        static_cast<int>(out_ch), m.stream_);
+  }
+  void GeluBackward(bf16* dinp, const bf16* pre, const bf16* dout, size_t n) {
+    kc::gelu_backward(dinp, pre, dout, static_cast<long>(n), m.stream_);
+  }
+  void AttentionBackward(int l, bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out) {
+    const size_t sl = static_cast<size_t>(l);
+    if (m.flash_) {
+      kc::flash_attention_backward(dqkv, m.s_.att_scratch, dout, out, qkv,
+                                   m.a_.att_lse + sl * BHT(), B, T, m.qkv_local_, m.heads_local_,
+                                   m.stream_);
+    } else {
+      kc::attention_backward(*m.gemm_, dqkv, m.s_.att_scratch, dout, qkv, m.a_.att + sl * BHT() * T,
+                             B, T, m.qkv_local_, m.heads_local_,
+                             m.stream_);  // att (B, NH/tp, T, T)
+    }
+  }
+  void TpAllReduce(bf16* buf, size_t n) { m.TpAllReduce(buf, n); }
+  void LayerNormBackward(bf16* dinp, bf16* dw, bf16* db, const bf16* dout, const bf16* inp,
+                         const bf16* w, const float* mean, const float* rstd) {
+    kc::layernorm_backward(dinp, dw, db, m.s_.ln_scratch, dout, inp, w, mean, rstd, N, C,
+                           m.stream_);
+  }
+};
+
+// Local block l's tensors (stacked along the stage's blocks; this rank's tp slices) in a
+// parameter-shaped buffer's view.
+BlockTensors<GptCuda::bf16> GptCuda::BlockOf(const Tensors& t, size_t l) const {
+  const size_t C = dims_.channels, Cl = qkv_local_, Fl = mlp_local_;
+  return BlockTensors<bf16>{t.ln1w + l * C,      t.ln1b + l * C,          t.qkvw + l * 3 * Cl * C,
+                            t.qkvb + l * 3 * Cl, t.attprojw + l * C * Cl, t.attprojb + l * C,
+                            t.ln2w + l * C,      t.ln2b + l * C,          t.fcw + l * Fl * C,
+                            t.fcb + l * Fl,      t.fcprojw + l * C * Fl,  t.fcprojb + l * C};
+}
+
+// Local block l's activations in the current slot; both projections go to the shared proj.
+BlockActs<GptCuda::bf16> GptCuda::BlockActOf(size_t l) const {
+  const size_t N = static_cast<size_t>(B_) * T_, C = dims_.channels, Cl = qkv_local_,
+               Fl = mlp_local_;
+  return BlockActs<bf16>{a_.ln1 + l * N * C,
+                         a_.ln1_mean + l * N,
+                         a_.ln1_rstd + l * N,
+                         a_.qkv + l * N * 3 * Cl,
+                         a_.atty + l * N * Cl,
+                         a_.proj,
+                         a_.residual2 + l * N * C,
+                         a_.ln2 + l * N * C,
+                         a_.ln2_mean + l * N,
+                         a_.ln2_rstd + l * N,
+                         a_.fch + l * N * Fl,
+                         a_.fch_gelu + l * N * Fl,
+                         a_.proj,
+                         a_.residual3 + l * N * C};
+}
+
+void GptCuda::BlockForward(int l, const Tensors& w) {
+  BlockOps ops{*this};
+  const size_t sl = static_cast<size_t>(l);
+  BlockForwardPass(ops, l, ops.Shape(), BlockOf(w, sl), BlockActOf(sl), BlockInput(l));
 }
 
 double GptCuda::LossSum(int slot) {
@@ -476,82 +532,12 @@ const GptCuda::bf16* GptCuda::InputGrad() const {
   return s_.dresidual;
 }
 
-// On entry s_.dresidual holds d(residual3 of block l); on exit d(block input). A residual add
-// passes its output gradient unchanged to both inputs, so dresidual is used directly as the
-// gradient of the branch output, and each branch's input gradient is added into it (as on the
-// CPU, gpt_block.cc). The row-parallel biases' gradients are the sums of the replicated
-// dresidual: the whole bias gradient on every tp rank, as on the CPU.
 void GptCuda::BlockBackward(int l, const Tensors& w, const Tensors& g) {
-  const int B = B_, T = T_, C = dims_.channels, Cl = qkv_local_, Fl = mlp_local_;
-  const int NHl = heads_local_;
-  const int N = B * T;
-  const size_t sl = static_cast<size_t>(l), sC = C, sN = N, sCl = Cl, sFl = Fl;
-  const size_t NC = sN * sC;
-  // Block l's weights and gradients.
-  const bf16* ln1w = w.ln1w + sl * sC;
-  const bf16* qkvw = w.qkvw + sl * 3 * sCl * sC;
-  const bf16* attprojw = w.attprojw + sl * sC * sCl;
-  const bf16* ln2w = w.ln2w + sl * sC;
-  const bf16* fcw = w.fcw + sl * sFl * sC;
-  const bf16* fcprojw = w.fcprojw + sl * sC * sFl;
-  bf16* dln1w = g.ln1w + sl * sC;
-  bf16* dln1b = g.ln1b + sl * sC;
-  bf16* dqkvw = g.qkvw + sl * 3 * sCl * sC;
-  bf16* dqkvb = g.qkvb + sl * 3 * sCl;
-  bf16* dattprojw = g.attprojw + sl * sC * sCl;
-  bf16* dattprojb = g.attprojb + sl * sC;
-  bf16* dln2w = g.ln2w + sl * sC;
-  bf16* dln2b = g.ln2b + sl * sC;
-  bf16* dfcw = g.fcw + sl * sFl * sC;
-  bf16* dfcb = g.fcb + sl * sFl;
-  bf16* dfcprojw = g.fcprojw + sl * sC * sFl;
-  bf16* dfcprojb = g.fcprojb + sl * sC;
-  // Block l's activations from the forward.
-  const bf16* ln1 = a_.ln1 + sl * NC;                                    // (B, T, C)
-  const float* ln1_mean = a_.ln1_mean + sl * sN;                         // (B, T)
-  const float* ln1_rstd = a_.ln1_rstd + sl * sN;                         // (B, T)
-  const bf16* qkv = a_.qkv + sl * sN * 3 * sCl;                          // (B, T, 3Cl)
-  const bf16* atty = a_.atty + sl * sN * sCl;                            // (B, T, Cl)
-  const size_t BHT = static_cast<size_t>(B) * NHl * T;
-  const bf16* residual2 = a_.residual2 + sl * NC;                        // (B, T, C)
-  const bf16* ln2 = a_.ln2 + sl * NC;                                    // (B, T, C)
-  const float* ln2_mean = a_.ln2_mean + sl * sN;                         // (B, T)
-  const float* ln2_rstd = a_.ln2_rstd + sl * sN;                         // (B, T)
-  const bf16* fch = a_.fch + sl * sN * sFl;                              // (B, T, Fl)
-  const bf16* fch_gelu = a_.fch_gelu + sl * sN * sFl;                    // (B, T, Fl)
-  const bf16* residual = BlockInput(l);                                  // (B, T, C)
-  auto zero = [this](bf16* buf, size_t n) {
-    LOOM_CUDA_CHECK(cudaMemsetAsync(buf, 0, n * sizeof(bf16), stream_));
-  };
-
-  // MLP branch: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))).
-  zero(s_.dfch_gelu, sN * sFl);
-  kc::matmul_backward(*gemm_, s_.dfch_gelu, dfcprojw, dfcprojb, s_.dresidual, fch_gelu, fcprojw, N,
-                      Fl, C, stream_);
-  zero(s_.dfch, sN * sFl);
-  kc::gelu_backward(s_.dfch, fch, s_.dfch_gelu, static_cast<long>(sN * sFl), stream_);
-  zero(s_.dln, NC);
-  kc::matmul_backward(*gemm_, s_.dln, dfcw, dfcb, s_.dfch, ln2, fcw, N, C, Fl, stream_);
-  TpAllReduce(s_.dln, NC);  // each rank's d(ln2) covers only its MLP slice
-  kc::layernorm_backward(s_.dresidual, dln2w, dln2b, s_.ln_scratch, s_.dln, residual2, ln2w,
-                         ln2_mean, ln2_rstd, N, C, stream_);
-  // dresidual now holds d(residual2). Attention branch: residual2 = residual + attn(ln1(...)).
-  zero(s_.datty, sN * sCl);
-  kc::matmul_backward(*gemm_, s_.datty, dattprojw, dattprojb, s_.dresidual, atty, attprojw, N, Cl,
-                      C, stream_);
-  zero(s_.dqkv, sN * 3 * sCl);
-  if (flash_) {
-    kc::flash_attention_backward(s_.dqkv, s_.att_scratch, s_.datty, atty, qkv,
-                                 a_.att_lse + sl * BHT, B, T, Cl, NHl, stream_);
-  } else {
-    kc::attention_backward(*gemm_, s_.dqkv, s_.att_scratch, s_.datty, qkv, a_.att + sl * BHT * T, B,
-                           T, Cl, NHl, stream_);  // att (B, NH/tp, T, T)
-  }
-  zero(s_.dln, NC);
-  kc::matmul_backward(*gemm_, s_.dln, dqkvw, dqkvb, s_.dqkv, ln1, qkvw, N, C, 3 * Cl, stream_);
-  TpAllReduce(s_.dln, NC);  // each rank's d(ln1) covers only its heads
-  kc::layernorm_backward(s_.dresidual, dln1w, dln1b, s_.ln_scratch, s_.dln, residual, ln1w,
-                         ln1_mean, ln1_rstd, N, C, stream_);
+  BlockOps ops{*this};
+  const size_t sl = static_cast<size_t>(l);
+  BlockBackwardPass(
+      ops, l, ops.Shape(), BlockOf(w, sl), BlockOf(g, sl), BlockActOf(sl), BlockInput(l),
+      BlockScratch<bf16>{s_.dresidual, s_.dln, s_.datty, s_.dqkv, s_.dfch, s_.dfch_gelu});
 }
 
 double GptCuda::GradNorm() {

@@ -49,6 +49,7 @@
 #include "worker/train/comm/nccl_communicator.h"
 #include "worker/train/device/caching_allocator.h"
 #include "worker/train/device/cuda_memory.h"
+#include "worker/train/model/block_pass.h"
 #include "worker/train/model/dims.h"
 #include "worker/train/model/padded_layout.h"
 #include "worker/train/model/params.h"
@@ -269,6 +270,10 @@ class GptCuda {
   void* Alloc(size_t bytes);
   void FreeActivations();
   void UseSlot(int slot);  // a_ := the slot's activations
+  // The shared block pass (block_pass.h) over the CUDA kernels: gpt_cuda.cc.
+  struct BlockOps;
+  BlockTensors<bf16> BlockOf(const Tensors& t, size_t l) const;
+  BlockActs<bf16> BlockActOf(size_t l) const;
   void BlockForward(int l, const Tensors& w);
   void BlockBackward(int l, const Tensors& w, const Tensors& g);
   // Sums buf (n bf16) over the tp group in place, on the device (nothing without tp).
