@@ -295,6 +295,13 @@ absl::Status CheckTrain(v1::TrainSpec &train, const v1::ModelSpec &model, v1::De
     return Invalid("spec.train.precision",
                    "bf16 needs GPUs; use fp32 with spec.resources.cpu_devices");
   }
+  if (!train.attention().empty() && train.attention() != "auto" && train.attention() != "fused" &&
+      train.attention() != "unfused") {
+    return Invalid("spec.train.attention",
+                   absl::StrCat(Quoted(train.attention()),
+                                " is not an attention path; use auto (the default), fused or "
+                                "unfused"));
+  }
   if (!train.has_seed()) train.set_seed(kDefaultSeed);
   RETURN_IF_ERROR(CheckNonNegative("spec.train.warmup_steps", train.warmup_steps()));
   RETURN_IF_ERROR(CheckDouble("spec.train.min_lr_ratio", train.has_min_lr_ratio(),

@@ -199,6 +199,10 @@ TEST(SpecTest, ErrorsNameTheFileAndField) {
               HasSubstr("train.lr: expected > 0"));
   EXPECT_THAT(ErrorOf([&] { FromYaml(base + "train: {steps: 5, precision: fp8}\n"); }),
               HasSubstr("train.precision"));
+  EXPECT_THAT(ErrorOf([&] { FromYaml(base + "train: {steps: 5, attention: flash}\n"); }),
+              HasSubstr("train.attention: expected auto, fused or unfused"));
+  EXPECT_EQ(FromYaml(base + "train: {steps: 5}\n").attention, "auto");
+  EXPECT_EQ(FromYaml(base + "train: {steps: 5, attention: unfused}\n").attention, "unfused");
   EXPECT_THAT(ErrorOf([&] { FromYaml(base + "train: {steps: 5}\nmodel: {preset: x}\n"); }),
               HasSubstr("duplicate key"));
   EXPECT_THAT(ErrorOf([] {

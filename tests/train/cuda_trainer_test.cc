@@ -12,8 +12,10 @@
 #include "tests/train/gpu_rank.h"
 #include "tests/train/test_util.h"
 #include "worker/train/config/rank_env.h"
+#include "worker/train/cuda_backend.h"
 #include "worker/train/data/dataset.h"
 #include "worker/train/device/cuda_memory.h"
+#include "worker/train/error.h"
 #include "worker/train/trainer.h"
 
 namespace loom::train {
@@ -146,6 +148,26 @@ TEST_F(CudaTrainerTest, SaveAndResumeContinueTheSameCurveOnTheGpuAndOnTheCpu) {
   cpu.Resume(saved);
   EXPECT_EQ(cpu.step(), 4);
   EXPECT_NEAR(cpu.Step().loss, losses[4], 0.05 * std::fabs(losses[4]));
+}
+
+// train.attention: "fused" where the head size does not allow the fused kernels is the user's
+// configuration to fix, refused before any CUDA call (so on any machine) with the field named.
+TEST(CudaAttentionChoiceTest, FusedIsRefusedForHeadsItCannotTake) {
+  JobConfig config = TinyConfig(1);
+  config.model.heads = 8;  // tiny's 64 channels: heads of 8
+  config.attention = "fused";
+  BatchShape shape;
+  shape.B = 1;
+  shape.T = 16;
+  shape.K = 1;
+  ProcessGroups groups;
+  try {
+    MakeCudaRankBackend(config, shape, 0, RendezvousConfig{}, kDefaultBucketBytes, &groups);
+    ADD_FAILURE() << "accepted fused attention for heads of 8 channels";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("train.attention"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("auto or unfused"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

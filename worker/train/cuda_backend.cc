@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/launch.h"
 #include "worker/train/comm/bootstrap.h"
 #include "worker/train/cuda_zero.h"
 #include "worker/train/device/cuda_memory.h"
@@ -60,7 +61,7 @@ CudaBackend::CudaBackend(const ModelDims& dims, const ModelShard& shard, uint64_
                          const CudaBackendOptions& options)
     : options_(options),
       model_(dims, options.device, shard, shard.tp_size > 1 ? options.tp : nullptr,
-             MasterRangeOf(dims, shard, options)),
+             MasterRangeOf(dims, shard, options), options.fused_attention),
       timer_(model_.stream()) {
   model_.InitWeights(seed);
   for (NcclCommunicator* c :
@@ -271,6 +272,15 @@ size_t CudaBackend::bytes_allocated() const {
 std::unique_ptr<Backend> MakeCudaRankBackend(const JobConfig& config, const BatchShape& shape,
                                              int device, const RendezvousConfig& rendezvous,
                                              size_t bucket_bytes, ProcessGroups* groups) {
+  // Before any CUDA call: a configuration the device cannot run is the user's to fix.
+  if (config.attention == "fused" &&
+      !kernels::cuda::launch::FlashAttentionSupported(config.model.channels, config.model.heads)) {
+    throw BadInput("train.attention",
+                   "fused attention needs heads of a multiple of 16 channels up to " +
+                       std::to_string(kernels::cuda::launch::kFlashMaxHeadSize) + " (hidden " +
+                       std::to_string(config.model.channels) + " / heads " +
+                       std::to_string(config.model.heads) + "); use auto or unfused");
+  }
   const int count = CudaDeviceCount();
   if (device < 0 || device >= count) {
     throw BadInput("--device", "no CUDA device " + std::to_string(device) + " (this machine has " +
@@ -334,6 +344,7 @@ std::unique_ptr<Backend> MakeCudaRankBackend(const JobConfig& config, const Batc
   o.pp_grad = dynamic_cast<NcclCommunicator*>(groups->pp_grad.get());
   o.bucket_bytes = bucket_bytes;
   o.zero1 = shape.zero1 && shape.dp_size > 1;
+  o.fused_attention = config.attention != "unfused";
   const ModelShard shard{shape.tp_size, shape.tp_rank, shape.first_block(), shape.last_block()};
   return std::make_unique<CudaBackend>(config.model, shard, config.seed, o);
 }

@@ -57,6 +57,8 @@ struct CudaBackendOptions {
   // of its collectives (CudaZero::kDefaultPiece unless a test exercises the pieces).
   bool zero1 = false;
   size_t zero_piece = CudaZero::kDefaultPiece;
+  // The fused attention kernels where the head size allows them (GptCuda's fused_attention).
+  bool fused_attention = true;
 };
 
 class CudaBackend : public Backend {

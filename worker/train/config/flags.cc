@@ -37,6 +37,7 @@ constexpr SpecFlag kSpecFlags[] = {
     {"--grad-clip", "train", "grad_clip"},
     {"--eval-every", "train", "eval_every"},
     {"--seq-len", "train", "seq_len"},
+    {"--attention", "train", "attention"},
     {"--batch", "parallelism", "micro_batch"},
     {"--checkpoint-every", "checkpoint", "every_steps"},
 };
@@ -166,6 +167,9 @@ spec.
                            loom-worker LOOM_DEVICE=cuda:N picks the GPU where this build has
                            CUDA): cuda trains in bf16 mixed precision, one rank or any
                            data x tensor x pipeline layout and ZeRO-1 over NCCL
+  --attention auto|fused|unfused
+                           the GPU path's attention kernels (default auto: fused where the
+                           head size is a multiple of 16 up to 64)
   --quiet                  no human-readable progress on stderr
   --rendezvous-dir DIR     several ranks on one machine (or a shared file system) meet
                            there (else LOOM_RENDEZVOUS_DIR); with LOOM_RANK,

@@ -150,30 +150,33 @@ JobConfig JobConfigFromValue(const Value& spec, const std::string& source) {
                             if (k == "val_path") c.val_path = r.String(x, f);
                           });
               } else if (key == "train") {
-                r.ForEach(
-                    v, field,
-                    {"steps", "global_batch_tokens", "lr", "precision", "seed", "warmup_steps",
-                     "min_lr_ratio", "weight_decay", "grad_clip", "eval_every", "seq_len"},
-                    [&](const std::string& k, const Value& x, const std::string& f) {
-                      if (x.kind == Value::Kind::kNull) return;
-                      if (k == "steps") c.steps = r.Int(x, f);
-                      if (k == "global_batch_tokens") c.global_batch_tokens = r.Int(x, f);
-                      if (k == "lr") c.lr = r.Double(x, f);  // explicit: 0 is refused below
-                      if (k == "precision" && !r.String(x, f).empty()) {
-                        c.precision = r.String(x, f);
-                      }
-                      if (k == "seed") {
-                        int64_t s = r.Int(x, f);
-                        if (s < 0) r.Fail(f, "expected >= 0, got " + std::to_string(s));
-                        c.seed = static_cast<uint64_t>(s);  // explicit presence: 0 is 0
-                      }
-                      if (k == "warmup_steps") c.warmup_steps = r.Int(x, f);
-                      if (k == "min_lr_ratio") c.min_lr_ratio = r.Double(x, f);
-                      if (k == "weight_decay") c.weight_decay = r.Double(x, f);
-                      if (k == "grad_clip") c.grad_clip = r.Double(x, f);
-                      if (k == "eval_every") c.eval_every = r.Int(x, f);
-                      if (k == "seq_len") c.seq_len = r.Int32(x, f);
-                    });
+                r.ForEach(v, field,
+                          {"steps", "global_batch_tokens", "lr", "precision", "seed",
+                           "warmup_steps", "min_lr_ratio", "weight_decay", "grad_clip",
+                           "eval_every", "seq_len", "attention"},
+                          [&](const std::string& k, const Value& x, const std::string& f) {
+                            if (x.kind == Value::Kind::kNull) return;
+                            if (k == "steps") c.steps = r.Int(x, f);
+                            if (k == "global_batch_tokens") c.global_batch_tokens = r.Int(x, f);
+                            if (k == "lr") c.lr = r.Double(x, f);  // explicit: 0 is refused below
+                            if (k == "precision" && !r.String(x, f).empty()) {
+                              c.precision = r.String(x, f);
+                            }
+                            if (k == "seed") {
+                              int64_t s = r.Int(x, f);
+                              if (s < 0) r.Fail(f, "expected >= 0, got " + std::to_string(s));
+                              c.seed = static_cast<uint64_t>(s);  // explicit presence: 0 is 0
+                            }
+                            if (k == "warmup_steps") c.warmup_steps = r.Int(x, f);
+                            if (k == "min_lr_ratio") c.min_lr_ratio = r.Double(x, f);
+                            if (k == "weight_decay") c.weight_decay = r.Double(x, f);
+                            if (k == "grad_clip") c.grad_clip = r.Double(x, f);
+                            if (k == "eval_every") c.eval_every = r.Int(x, f);
+                            if (k == "seq_len") c.seq_len = r.Int32(x, f);
+                            if (k == "attention" && !r.String(x, f).empty()) {
+                              c.attention = r.String(x, f);
+                            }
+                          });
               } else if (key == "resources") {
                 r.ForEach(v, field, {"gpus", "cpu_devices"},
                           [&](const std::string& k, const Value& x, const std::string& f) {
@@ -315,6 +318,9 @@ JobConfig JobConfigFromValue(const Value& spec, const std::string& source) {
   if (!(c.lr > 0.0)) r.Fail("train.lr", "expected > 0");
   if (c.precision != "fp32" && c.precision != "bf16") {
     r.Fail("train.precision", "expected fp32 or bf16, got \"" + c.precision + "\"");
+  }
+  if (c.attention != "auto" && c.attention != "fused" && c.attention != "unfused") {
+    r.Fail("train.attention", "expected auto, fused or unfused, got \"" + c.attention + "\"");
   }
   if (c.warmup_steps < 0) r.Fail("train.warmup_steps", "expected >= 0");
   if (c.min_lr_ratio < 0.0 || c.min_lr_ratio > 1.0) {

@@ -37,6 +37,8 @@ struct JobConfig {
   int64_t steps = 0;
   int64_t global_batch_tokens = 0;  // 0: seq_len * micro_batch if given, else seq_len * 8
   double lr = 6e-4;
+  // The GPU path's attention kernels: "auto", "fused" or "unfused" (TrainSpec.attention).
+  std::string attention = "auto";
   std::string precision = "fp32";  // "fp32" or "bf16" (the CPU backend computes in fp32)
   uint64_t seed = 1337;
   int64_t warmup_steps = 0;

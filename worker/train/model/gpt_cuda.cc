@@ -36,7 +36,7 @@ constexpr const char* kTensorNames[kNumParamTensors] = {
 }  // namespace
 
 GptCuda::GptCuda(const ModelDims& dims, int device, const ModelShard& shard, NcclCommunicator* tp,
-                 MasterRange range)
+                 MasterRange range, bool fused_attention)
     : dims_(dims), device_(device), shard_(shard) {
   LOOM_CHECK(DimsProblem(dims).empty(), "invalid model dimensions: " + DimsProblem(dims));
   const std::string problem = ShardProblem(dims, shard);
@@ -64,7 +64,7 @@ GptCuda::GptCuda(const ModelDims& dims, int device, const ModelShard& shard, Ncc
   blocks_ = shard_.last_block - shard_.first_block;
   heads_local_ = dims.heads / shard_.tp_size;
   qkv_local_ = dims.channels / shard_.tp_size;
-  flash_ = launch::FlashAttentionSupported(qkv_local_, heads_local_);
+  flash_ = fused_attention && launch::FlashAttentionSupported(qkv_local_, heads_local_);
   mlp_local_ = 4 * dims.channels / shard_.tp_size;
   num_params_ = ParamCount(table_);
   layout_ = MakePaddedLayout(table_, kVocabMultiple);

@@ -81,8 +81,11 @@ class GptCuda {
   // on `device` (size shard.tp_size, rank shard.tp_rank; outlives the model), nullptr when
   // tp_size == 1. Throws OutOfMemoryError when the device cannot hold the buffers.
   // `range` selects the masters and moments held (begin <= num_params, the header comment).
+  // `fused_attention`: the fused attention kernels where the head size allows them (false: the
+  // unfused ones everywhere; JobConfig::attention "unfused").
   GptCuda(const ModelDims& dims, int device, const ModelShard& shard = ModelShard{},
-          NcclCommunicator* tp = nullptr, MasterRange range = MasterRange{});
+          NcclCommunicator* tp = nullptr, MasterRange range = MasterRange{},
+          bool fused_attention = true);
   // Synchronises the stream, then frees everything.
   ~GptCuda();
   GptCuda(const GptCuda&) = delete;
@@ -294,8 +297,9 @@ class GptCuda {
   int heads_local_ = 0;             // NH / tp
   int qkv_local_ = 0;               // Cl
   // The fused attention kernels (kernels/cuda/flash_attention.h) where they handle the head size
-  // (launch::FlashAttentionSupported), else the unfused ones. The planner's memory model
-  // (server/planner/cuda_backend_memory.cc) makes the same choice.
+  // (launch::FlashAttentionSupported) unless the constructor was told otherwise, else the unfused
+  // ones. The planner's memory model (server/planner/cuda_backend_memory.cc) assumes the default
+  // choice.
   bool flash_ = false;
   int mlp_local_ = 0;               // Fl
   std::vector<TensorInfo> table_;   // the shard's table (unpadded)
