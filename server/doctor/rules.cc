@@ -215,16 +215,28 @@ void StageImbalance(const DoctorInput& in, const std::vector<RankFigures>& ranks
     AddEvidence(&f, absl::StrCat("stage ", s, " measured_block_seconds"), current.stage_cost[s],
                 "StepReport.block_costs");
   }
-  // The step is paced by the slowest stage: its busy time shrinks by the bottleneck's ratio and
-  // the step by as much.
-  const double worst_busy = stage_busy[static_cast<size_t>(worst)];
-  const double saved = worst_busy * (1.0 - best->bottleneck / current.bottleneck);
+  // With m micro-batches a pipeline step (1F1B or GPipe) takes about sum_s c_s / m +
+  // (m - 1) / m * max_s c_s, c_s a stage's work per step: filling and draining the pipeline
+  // passes every stage once, then the slowest stage paces the other m - 1 micro-batches. Moving
+  // blocks leaves the sum as it is, so the step saves (m - 1) / m of the bottleneck's reduction,
+  // and nothing with one micro-batch (the stages then run one after another). Measured against
+  // this job: the bottleneck's whole reduction overestimated a 2-stage, 4-micro-batch re-split's
+  // gain about threefold (issue 12's note).
+  const int m = std::max(1, l.num_micro_batches);
+  const double saved = (m - 1.0) / m * (current.bottleneck - best->bottleneck);
   const double gain = step > 0 ? std::clamp(saved / step, 0.0, 0.99) : 0.0;
+  AddEvidence(&f, "num_micro_batches", m, "Job.layout");
   if (best->blocks_per_stage == split || gain < in.thresholds.imbalance_min_gain) {
-    // Blocks cannot be moved to help (the embedding or the head alone is the bottleneck).
-    f.set_fix(
-        "no re-split of the blocks helps: the bottleneck is the stage's fixed part (embedding or "
-        "head); consider fewer pipeline stages");
+    if (m == 1 && best->blocks_per_stage != split) {
+      f.set_fix(
+          "no re-split pays with one micro-batch per step: the stages run one after another; a "
+          "smaller parallelism.micro_batch (more micro-batches per step) lets the stages overlap");
+    } else {
+      // Blocks cannot be moved to help (the embedding or the head alone is the bottleneck).
+      f.set_fix(
+          "no re-split of the blocks helps: the bottleneck is the stage's fixed part (embedding "
+          "or head); consider fewer pipeline stages");
+    }
     out->findings.push_back(std::move(f));
     return;
   }

@@ -137,6 +137,7 @@ PipelineCase HeadHeavyPipeline(double head_cost, double jitter) {
   PipelineCase c;
   c.layout.pipeline = 4;
   c.layout.layers = 8;
+  c.layout.num_micro_batches = 4;
   const double block = 0.01, embedding = 0.001;
   Jitter j(jitter);
   for (int step = 1; step <= 20; ++step) {
@@ -174,8 +175,10 @@ TEST(DoctorRulesTest, StageImbalanceNamesTheLastStageWithAMeasuredSplit) {
   for (int b : f->blocks_per_stage()) sum += b;
   EXPECT_EQ(sum, 8);
   EXPECT_EQ(f->blocks_per_stage(3), 1);
+  // 4 micro-batches: the step saves 3/4 of the bottleneck's 0.01 s (fill and drain stay).
+  EXPECT_NEAR(f->predicted_gain(), 0.75 * 0.01 / d.step_seconds, 0.01);
   EXPECT_GT(f->predicted_gain(), 0.1);
-  EXPECT_LT(f->predicted_step_seconds(), d.step_seconds);
+  EXPECT_NEAR(f->predicted_step_seconds(), d.step_seconds - 0.0075, 0.001);
   EXPECT_NE(f->fix().find("parallelism.blocks_per_stage: ["), std::string::npos) << f->fix();
   bool has_ratio = false;
   for (const auto& e : f->evidence()) {
@@ -192,6 +195,23 @@ TEST(DoctorRulesTest, StageImbalanceNamesTheLastStageWithAMeasuredSplit) {
   // No straggler (dp = 1), no exposed communication (bubble is not communication).
   EXPECT_FALSE(Find(d, v1::STRAGGLER).has_value());
   EXPECT_FALSE(Find(d, v1::EXPOSED_COMMUNICATION).has_value());
+}
+
+// With one micro-batch per step the stages run one after another: moving blocks does not
+// shorten the step, so the finding names the bottleneck but proposes no split.
+TEST(DoctorRulesTest, OneMicroBatchGetsNoSplitButTheAdviceToUseMore) {
+  PipelineCase c = HeadHeavyPipeline(/*head_cost=*/0.03, /*jitter=*/0.0);
+  DoctorInput in;
+  in.layout = c.layout;
+  in.layout.num_micro_batches = 1;
+  in.window = &c.window;
+  const std::optional<v1::Finding> f = Find(Diagnose(in), v1::STAGE_IMBALANCE);
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->stage(), 3);
+  EXPECT_EQ(f->blocks_per_stage_size(), 0);
+  EXPECT_DOUBLE_EQ(f->predicted_gain(), 0.0);
+  EXPECT_NE(f->fix().find("one micro-batch"), std::string::npos) << f->fix();
+  EXPECT_NE(f->fix().find("parallelism.micro_batch"), std::string::npos) << f->fix();
 }
 
 TEST(DoctorRulesTest, BalancedPipelineWithJitterRaisesNothingOverALongRun) {

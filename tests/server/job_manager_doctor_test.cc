@@ -210,6 +210,9 @@ class RebalanceTest : public JobManagerDoctorTest {
     spec.mutable_model()->set_vocab(256);
     spec.mutable_train()->set_steps(1000);
     spec.mutable_parallelism()->set_pipeline(2);
+    // 8 sequences per step in micro-batches of 2: 4 micro-batches, so a re-split can pay (with
+    // one, the stages run one after another).
+    spec.mutable_parallelism()->set_micro_batch(2);
     spec.mutable_checkpoint()->set_every_steps(5);
     spec.mutable_rebalance()->set_mode(mode);
     absl::StatusOr<v1::Job> job = manager_->CreateJob(CreateRequest(spec));
