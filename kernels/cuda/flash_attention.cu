@@ -351,6 +351,8 @@ void CheckArgs(int B, int T, int C, int NH) {
   LOOM_KERNEL_CHECK(B > 0 && T > 0 && C > 0 && NH > 0, "B, T, C and NH must be positive");
   LOOM_KERNEL_CHECK(launch::FlashAttentionSupported(C, NH),
                     "head size C / NH must be a multiple of 16 up to kFlashMaxHeadSize");
+  // One block per (batch element, head) along grid.y.
+  LOOM_KERNEL_CHECK(static_cast<long>(B) * NH <= 65535, "B * NH above grid.y's 65535");
 }
 
 template <int HS>

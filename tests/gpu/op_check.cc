@@ -285,7 +285,8 @@ int RunBench() {
                 (fused_fwd + fused_bwd) / (unfused_fwd + unfused_bwd),
                 fused_fwd + fused_bwd <= unfused_fwd + unfused_bwd
                     ? "fused path, GptCuda's default, is faster"
-                    : "UNFUSED path is faster: GptCuda's default should change");
+                    : "UNFUSED path is faster: jobs can set train.attention: unfused; the default "
+                      "should change");
   }
   std::snprintf(shape, sizeof shape, "n=%ld", N * 4 * C);
   ReportBytes("gelu_forward", shape, 2.0 * N * 4 * C * 2,

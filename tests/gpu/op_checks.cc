@@ -578,6 +578,23 @@ std::vector<Result> CheckMatmulBackward(cu::GemmContext& ctx, int N, int C, int 
   return results;
 }
 
+// The three parts (dq, dk, dv) of an attention backward's qkv gradient against the reference
+// g: `dqkv` as downloaded, minus the `init` it accumulated onto, on the first `rows` rows.
+void AddQkvGradResults(std::vector<Result>* results, const std::string& op,
+                       const std::string& shape, const std::string& note, const Bits& dqkv,
+                       const Bits& init, const Doubles& g, long rows, int C) {
+  const long n = rows * 3 * C;
+  const bool finite = AllFinite(dqkv);
+  const Doubles added = Added(ToDouble(dqkv, 0, n), ToDouble(init, 0, n));
+  const char* parts[3] = {".dq", ".dk", ".dv"};
+  for (int p = 0; p < 3; ++p) {
+    results->push_back(
+        Make(op + parts[p], shape,
+             finite ? RelativeError(QkvPart(added, rows, C, p), QkvPart(g, rows, C, p)) : kInf,
+             kTolBf16Gemm, note));
+  }
+}
+
 std::vector<Result> CheckAttention(cu::GemmContext& ctx, int B, int T, int C, int NH,
                                    int ref_batches, std::uint64_t seed) {
   std::vector<Result> results;
@@ -625,18 +642,8 @@ std::vector<Result> CheckAttention(cu::GemmContext& ctx, int B, int T, int C, in
   scratch.Poison();
   cu::attention_backward(ctx, dqkv_d.get(), scratch.get(), dout_d.get(), qkv_d.get(), att_d.get(),
                          B, T, C, NH, nullptr);
-  const Bits dqkv = dqkv_d.Download<std::uint16_t>();
-  const bool finite = AllFinite(dqkv);
-  const Doubles added = Added(ToDouble(dqkv, 0, r_qkv), ToDouble(init, 0, r_qkv));
-  const long rows = static_cast<long>(RB) * T;
-  const char* names[3] = {"attention_backward.dq", "attention_backward.dk",
-                          "attention_backward.dv"};
-  for (int p = 0; p < 3; ++p) {
-    results.push_back(
-        Make(names[p], shape,
-             finite ? RelativeError(QkvPart(added, rows, C, p), QkvPart(g, rows, C, p)) : kInf,
-             kTolBf16Gemm, note));
-  }
+  AddQkvGradResults(&results, "attention_backward", shape, note, dqkv_d.Download<std::uint16_t>(),
+                    init, g, static_cast<long>(RB) * T, C);
   Sync();
   return results;
 }
@@ -709,18 +716,8 @@ std::vector<Result> CheckFlashAttention(int B, int T, int C, int NH, int ref_bat
   scratch.Poison();
   cu::flash_attention_backward(dqkv_d.get(), scratch.get(), dout_d.get(), out_d.get(), qkv_d.get(),
                                lse_d.get(), B, T, C, NH, nullptr);
-  const Bits dqkv = dqkv_d.Download<std::uint16_t>();
-  const bool finite = AllFinite(dqkv);
-  const Doubles added = Added(ToDouble(dqkv, 0, r_qkv), ToDouble(init, 0, r_qkv));
-  const long rows = static_cast<long>(RB) * T;
-  const char* names[3] = {"flash_attention_backward.dq", "flash_attention_backward.dk",
-                          "flash_attention_backward.dv"};
-  for (int p = 0; p < 3; ++p) {
-    results.push_back(
-        Make(names[p], shape,
-             finite ? RelativeError(QkvPart(added, rows, C, p), QkvPart(g, rows, C, p)) : kInf,
-             kTolBf16Gemm, note));
-  }
+  AddQkvGradResults(&results, "flash_attention_backward", shape, note,
+                    dqkv_d.Download<std::uint16_t>(), init, g, static_cast<long>(RB) * T, C);
   Sync();
   return results;
 }

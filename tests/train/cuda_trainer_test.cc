@@ -1,7 +1,7 @@
 // The GPU training path (issues 5 and 14: the CUDA backend behind the one step loop) against
 // the CPU trainer: the same seed, data and batch give the same loss curve within bf16's
 // tolerance (DESIGN.md: GPU bf16 against CPU fp32 within a few percent). Skipped without a CUDA
-// device.
+// device, except the configuration check that stops before any CUDA call.
 
 #include <cmath>
 #include <filesystem>
