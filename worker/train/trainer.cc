@@ -57,7 +57,7 @@ uint32_t Tag(int micro, Direction d) { return static_cast<uint32_t>(micro) * 4u 
 Trainer::Trainer(const JobConfig& config, const BatchShape& shape, const Dataset& data,
                  Communicator* dp, size_t bucket_bytes)
     : Trainer(config, shape, data, TrainerComms{dp, dp, nullptr, nullptr, nullptr},
-              TrainerOptions{bucket_bytes, true}) {}
+              TrainerOptions{bucket_bytes, true, nullptr}) {}
 
 Trainer::Trainer(const JobConfig& config, const BatchShape& shape, const Dataset& data,
                  const TrainerComms& comms, const TrainerOptions& options)

@@ -10,6 +10,7 @@
 #include "kernels/matmul.h"
 #include "worker/train/comm/communicator.h"
 #include "worker/train/error.h"
+#include "worker/train/model/stage_pass.h"
 
 namespace loom::train {
 
@@ -156,9 +157,7 @@ void GPT::Reserve(int B, int T, int slots) {
 float GPT::ForwardMicro(int slot, const int* tokens, const float* input, const int* targets) {
   LOOM_CHECK(slots_ > 0, "call Reserve before ForwardMicro");
   LOOM_CHECK(slot >= 0 && slot < slots_, "activation slot out of [0, slots)");
-  const int B = B_, T = T_, C = dims_.channels, V = dims_.vocab;
-  const int N = B * T;
-  const size_t NC = static_cast<size_t>(N) * C;
+  const int N = B_ * T_, V = dims_.vocab;
   const bool first = first_stage(), last = last_stage();
   LOOM_CHECK(first ? tokens != nullptr : input != nullptr,
              first ? "the first stage needs tokens" : "a later stage needs its input");
@@ -166,45 +165,47 @@ float GPT::ForwardMicro(int slot, const int* tokens, const float* input, const i
     if (first) LOOM_CHECK(tokens[i] >= 0 && tokens[i] < V, "input token id out of [0, V)");
     if (last && targets) LOOM_CHECK(targets[i] >= 0 && targets[i] < V, "target id out of [0, V)");
   }
-  const Activations& a = acts_[slot];
-  Lap lap;  // read only when costs_ is set
-  if (first) {
-    std::copy(tokens, tokens + N, inputs_.begin() + static_cast<size_t>(slot) * N);
-    ParamTensors p = ViewParams(params_.data(), table_);
-    k::encoder_forward(a.encoded, tokens, p.wte, p.wpe, B, T, C);  // (B, T, C)
-    if (costs_) {
-      costs_->has_embedding = true;
-      costs_->embedding_forward += lap();
-    }
-  } else {
-    std::memcpy(a.encoded, input, NC * sizeof(float));
-  }
   const bool with_targets = last && targets != nullptr;
+  if (first) std::copy(tokens, tokens + N, inputs_.begin() + static_cast<size_t>(slot) * N);
   if (with_targets)
     std::copy(targets, targets + N, targets_.begin() + static_cast<size_t>(slot) * N);
   have_targets_[slot] = with_targets;
   last_forward_slot_ = slot;
 
-  if (costs_) lap();  // the copies above are nobody's cost
-  for (int l = 0; l < blocks_; ++l) {
-    BlockForward(l, a, B, T);
-    if (costs_) costs_->forward[static_cast<size_t>(l)] += lap();
-  }
-  if (!last) return 0.0f;
+  // The stage pass's ops (stage_pass.h) on the CPU kernels, for this micro-batch.
+  struct Ops {
+    GPT& m;
+    int slot;
+    const int* tokens;
+    const float* input;
+    const int* targets;
+    const Activations& a = m.acts_[slot];
+    const int B = m.B_, T = m.T_, C = m.dims_.channels, V = m.dims_.vocab, N = B * T;
+    double sum = 0.0;  // the losses' sum, in double so the mean does not depend on N's rounding
+    ::loom::train::Lap watch{};
 
-  ParamTensors p = ViewParams(params_.data(), table_);
-  k::layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, Output(slot), p.lnfw, p.lnfb, N, C);
-  k::matmul_forward(a.logits, a.lnf, p.wte, nullptr, N, C, V);  // (N, V), tied embedding
-  double sum = 0.0;  // in double so the mean does not depend on N's rounding
-  if (with_targets) {
-    k::softmax_crossentropy_forward(a.losses, a.probs, a.logits, targets, N, V);
-    for (int i = 0; i < N; ++i) sum += a.losses[i];
-  }
-  if (costs_) {
-    costs_->has_head = true;
-    costs_->head_forward += lap();
-  }
-  return with_targets ? static_cast<float>(sum / N) : 0.0f;
+    void Embed() {
+      ParamTensors p = ViewParams(m.params_.data(), m.table_);
+      k::encoder_forward(a.encoded, tokens, p.wte, p.wpe, B, T, C);  // (B, T, C)
+    }
+    void TakeInput() { std::memcpy(a.encoded, input, static_cast<size_t>(N) * C * sizeof(float)); }
+    void Block(int l) { m.BlockForward(l, a, B, T); }
+    void Head() {
+      ParamTensors p = ViewParams(m.params_.data(), m.table_);
+      k::layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, m.Output(slot), p.lnfw, p.lnfb, N, C);
+      k::matmul_forward(a.logits, a.lnf, p.wte, nullptr, N, C, V);  // (N, V), tied embedding
+      if (targets == nullptr) return;
+      k::softmax_crossentropy_forward(a.losses, a.probs, a.logits, targets, N, V);
+      for (int i = 0; i < N; ++i) sum += a.losses[i];
+    }
+    double Lap() { return watch(); }
+  } ops{*this, slot, tokens, input, with_targets ? targets : nullptr};
+  StageForwardPass(ops, stage_shape(), costs_);
+  return with_targets ? static_cast<float>(ops.sum / N) : 0.0f;
+}
+
+StageShape GPT::stage_shape() const {
+  return StageShape{first_stage(), last_stage(), shard_.first_block, blocks_, dims_.layers};
 }
 
 const float* GPT::Output(int slot) const {
@@ -236,58 +237,49 @@ void GPT::BackwardMicro(int slot, float loss_scale, const float* doutput,
                         const std::function<void(int stage)>& ready) {
   LOOM_CHECK(slots_ > 0 && slot >= 0 && slot < slots_, "activation slot out of [0, slots)");
   LOOM_CHECK(grads_.size() == params_.size(), "call ZeroGrad before the first Backward");
-  const int B = B_, T = T_, C = dims_.channels, V = dims_.vocab;
-  const int N = B * T;
-  const size_t NC = static_cast<size_t>(N) * C;
+  LOOM_CHECK(!last_stage() || have_targets_[slot], "Backward needs a Forward with targets first");
+  LOOM_CHECK(last_stage() || doutput != nullptr,
+             "a stage before the last needs d(output) from the next one");
   EnsureScratch();
-  ParamTensors p = ViewParams(params_.data(), table_);
-  ParamTensors g = ViewParams(grads_.data(), table_);
-  const Activations& a = acts_[slot];
-  const BackwardScratch& s = scratch_;
-  // The backward kernels accumulate, so every scratch buffer is zeroed before it is written.
-  auto zero = [](float* buf, size_t n) { std::memset(buf, 0, n * sizeof(float)); };
 
-  Lap lap;  // read only when costs_ is set
-  if (last_stage()) {
-    LOOM_CHECK(have_targets_[slot], "Backward needs a Forward with targets first");
-    // Loss = loss_scale * mean over N positions: each position's loss has weight loss_scale/N.
-    std::fill(s.dlosses, s.dlosses + N, loss_scale / static_cast<float>(N));
-    zero(s.dlogits, static_cast<size_t>(N) * V);
-    const int* targets = targets_.data() + static_cast<size_t>(slot) * N;
-    k::softmax_crossentropy_backward(s.dlogits, a.probs, targets, s.dlosses, N, V);
-    zero(s.dln, NC);
-    k::matmul_backward(s.dln, g.wte, nullptr, s.dlogits, a.lnf, p.wte, N, C, V);
-    zero(s.dresidual, NC);
-    k::layernorm_backward(s.dresidual, g.lnfw, g.lnfb, s.dln, Output(slot), p.lnfw, a.lnf_mean,
-                          a.lnf_rstd, N, C);
-    if (costs_) {
-      costs_->has_head = true;
-      costs_->head_backward += lap();
+  // The stage pass's ops (stage_pass.h) on the CPU kernels, for this micro-batch.
+  struct Ops {
+    GPT& m;
+    int slot;
+    float loss_scale;
+    const float* doutput;
+    const Activations& a = m.acts_[slot];
+    const BackwardScratch& s = m.scratch_;
+    const int B = m.B_, T = m.T_, C = m.dims_.channels, V = m.dims_.vocab, N = B * T;
+    const size_t NC = static_cast<size_t>(N) * C;
+    ::loom::train::Lap watch{};
+
+    // The backward kernels accumulate, so every scratch buffer is zeroed before it is written.
+    static void Zero(float* buf, size_t n) { std::memset(buf, 0, n * sizeof(float)); }
+    void HeadBackward() {
+      ParamTensors p = ViewParams(m.params_.data(), m.table_);
+      ParamTensors g = ViewParams(m.grads_.data(), m.table_);
+      // Loss = loss_scale * mean over N positions: each position's loss has weight loss_scale/N.
+      std::fill(s.dlosses, s.dlosses + N, loss_scale / static_cast<float>(N));
+      Zero(s.dlogits, static_cast<size_t>(N) * V);
+      const int* targets = m.targets_.data() + static_cast<size_t>(slot) * N;
+      k::softmax_crossentropy_backward(s.dlogits, a.probs, targets, s.dlosses, N, V);
+      Zero(s.dln, NC);
+      k::matmul_backward(s.dln, g.wte, nullptr, s.dlogits, a.lnf, p.wte, N, C, V);
+      Zero(s.dresidual, NC);
+      k::layernorm_backward(s.dresidual, g.lnfw, g.lnfb, s.dln, m.Output(slot), p.lnfw, a.lnf_mean,
+                            a.lnf_rstd, N, C);
     }
-    if (ready) ready(dims_.layers);
-  } else {
-    LOOM_CHECK(doutput != nullptr, "a stage before the last needs d(output) from the next one");
-    std::memcpy(s.dresidual, doutput, NC * sizeof(float));
-  }
-  // Down the blocks; dresidual carries d(residual stream) from block to block.
-  for (int l = blocks_ - 1; l >= 0; --l) {
-    if (costs_) lap();  // a bucket launched by `ready` is communication, not this block's cost
-    BlockBackward(l, a, B, T);
-    if (costs_) costs_->backward[static_cast<size_t>(l)] += lap();
-    if (ready) ready(shard_.first_block + l);
-  }
-  // dresidual now holds d(stage input): InputGrad() on later stages, the encoder's gradient on
-  // the first.
-  if (first_stage()) {
-    const int* tokens = inputs_.data() + static_cast<size_t>(slot) * N;
-    if (costs_) lap();
-    k::encoder_backward(g.wte, g.wpe, s.dresidual, tokens, B, T, C);
-    if (costs_) {
-      costs_->has_embedding = true;
-      costs_->embedding_backward += lap();
+    void TakeOutputGrad() { std::memcpy(s.dresidual, doutput, NC * sizeof(float)); }
+    void BlockBackward(int l) { m.BlockBackward(l, a, B, T); }
+    void EmbedBackward() {
+      ParamTensors g = ViewParams(m.grads_.data(), m.table_);
+      const int* tokens = m.inputs_.data() + static_cast<size_t>(slot) * N;
+      k::encoder_backward(g.wte, g.wpe, s.dresidual, tokens, B, T, C);
     }
-    if (ready) ready(-1);
-  }
+    double Lap() { return watch(); }
+  } ops{*this, slot, loss_scale, doutput};
+  StageBackwardPass(ops, stage_shape(), costs_, ready);
 }
 
 const float* GPT::InputGrad() const {

@@ -20,6 +20,7 @@
 
 #include "worker/train/model/dims.h"
 #include "worker/train/model/params.h"
+#include "worker/train/model/stage_pass.h"
 #include "worker/train/profiler/block_costs.h"
 #include "worker/train/profiler/trace_recorder.h"
 
@@ -174,6 +175,8 @@ class GPT {
   // The residual stream entering local block l of `a`.
   const float* BlockInput(const Activations& a, int l) const;
   void EnsureScratch();
+  // Which part of the model this stage holds, for stage_pass.h.
+  StageShape stage_shape() const;
 
   ModelDims dims_;
   ModelShard shard_;

@@ -20,6 +20,7 @@
 #include "worker/train/device/cuda_stream.h"
 #include "worker/train/error.h"
 #include "worker/train/model/block_pass.h"
+#include "worker/train/model/stage_pass.h"
 
 namespace loom::train {
 
@@ -270,9 +271,7 @@ void GptCuda::Forward(const int* tokens, const int* targets, int slot) {
 void GptCuda::ForwardMicro(int slot, const int* tokens, const bf16* input, const int* targets) {
   LOOM_CHECK(B_ > 0, "call Reserve before ForwardMicro");
   UseSlot(slot);
-  const int B = B_, T = T_, C = dims_.channels, V = dims_.vocab;
-  const int N = B * T;
-  const size_t NC = static_cast<size_t>(N) * C;
+  const int N = B_ * T_, V = dims_.vocab;
   const bool first = first_stage(), last = last_stage();
   LOOM_CHECK(first ? tokens != nullptr : input != nullptr,
              first ? "the first stage needs tokens" : "a later stage needs its input");
@@ -282,40 +281,48 @@ void GptCuda::ForwardMicro(int slot, const int* tokens, const bf16* input, const
     if (first) LOOM_CHECK(tokens[i] >= 0 && tokens[i] < V, "input token id out of [0, V)");
     if (last) LOOM_CHECK(targets[i] >= 0 && targets[i] < V, "target id out of [0, V)");
   }
-  const Tensors w = View(params_);
-  Lap lap;                     // read only when costs_ is set
-  if (costs_) DeviceLap(lap);  // earlier work is nobody's cost here
-  if (first) {
-    // Pageable copies: each returns once the host buffer has been read.
-    LOOM_CUDA_CHECK(cudaMemcpyAsync(a_.tokens, tokens, static_cast<size_t>(N) * sizeof(int),
-                                    cudaMemcpyHostToDevice, stream_));
-    kc::encoder_forward(a_.encoded, a_.tokens, w.wte, w.wpe, B, T, C, stream_);  // (B, T, C)
-    if (costs_) {
-      costs_->has_embedding = true;
-      costs_->embedding_forward += DeviceLap(lap);
+
+  // The stage pass's ops (stage_pass.h) on the CUDA kernels and the model's stream.
+  struct Ops {
+    GptCuda& m;
+    const int* tokens;
+    const bf16* input;
+    const int* targets;
+    const Tensors w = m.View(m.params_);
+    const int B = m.B_, T = m.T_, C = m.dims_.channels, N = B * T;
+    ::loom::train::Lap watch{};
+
+    void Embed() {
+      // Pageable copies: each returns once the host buffer has been read.
+      LOOM_CUDA_CHECK(cudaMemcpyAsync(m.a_.tokens, tokens, static_cast<size_t>(N) * sizeof(int),
+                                      cudaMemcpyHostToDevice, m.stream_));
+      kc::encoder_forward(m.a_.encoded, m.a_.tokens, w.wte, w.wpe, B, T, C, m.stream_);
     }
-  } else {
-    LOOM_CUDA_CHECK(
-        cudaMemcpyAsync(a_.encoded, input, NC * sizeof(bf16), cudaMemcpyDeviceToDevice, stream_));
-    if (costs_) DeviceLap(lap);  // the copy is nobody's cost
-  }
-  for (int l = 0; l < blocks_; ++l) {
-    BlockForward(l, w);
-    if (costs_) costs_->forward[static_cast<size_t>(l)] += DeviceLap(lap);
-  }
-  if (!last) return;
-  LOOM_CUDA_CHECK(cudaMemcpyAsync(a_.targets, targets, static_cast<size_t>(N) * sizeof(int),
-                                  cudaMemcpyHostToDevice, stream_));
-  const bf16* out = BlockInput(blocks_);  // residual3 of the last block (B, T, C)
-  kc::layernorm_forward(a_.lnf, a_.lnf_mean, a_.lnf_rstd, out, w.lnfw, w.lnfb, N, C, stream_);
-  // (N, Vp), tied embedding: wte's padding rows are 0, and the padded columns are never read.
-  const int Vp = layout_.padded_vocab;
-  kc::matmul_forward(*gemm_, a_.logits, a_.lnf, w.wte, nullptr, N, C, Vp, stream_);
-  kc::softmax_crossentropy_forward(a_.losses, a_.lse, a_.logits, a_.targets, N, V, Vp, stream_);
-  if (costs_) {
-    costs_->has_head = true;
-    costs_->head_forward += DeviceLap(lap);
-  }
+    void TakeInput() {
+      LOOM_CUDA_CHECK(cudaMemcpyAsync(m.a_.encoded, input,
+                                      static_cast<size_t>(N) * C * sizeof(bf16),
+                                      cudaMemcpyDeviceToDevice, m.stream_));
+    }
+    void Block(int l) { m.BlockForward(l, w); }
+    void Head() {
+      LOOM_CUDA_CHECK(cudaMemcpyAsync(m.a_.targets, targets, static_cast<size_t>(N) * sizeof(int),
+                                      cudaMemcpyHostToDevice, m.stream_));
+      const bf16* out = m.BlockInput(m.blocks_);  // residual3 of the last block (B, T, C)
+      kc::layernorm_forward(m.a_.lnf, m.a_.lnf_mean, m.a_.lnf_rstd, out, w.lnfw, w.lnfb, N, C,
+                            m.stream_);
+      // (N, Vp), tied embedding: wte's padding rows are 0, and the padded columns are never read.
+      const int Vp = m.layout_.padded_vocab;
+      kc::matmul_forward(*m.gemm_, m.a_.logits, m.a_.lnf, w.wte, nullptr, N, C, Vp, m.stream_);
+      kc::softmax_crossentropy_forward(m.a_.losses, m.a_.lse, m.a_.logits, m.a_.targets, N,
+                                       m.dims_.vocab, Vp, m.stream_);
+    }
+    double Lap() { return m.DeviceLap(watch); }
+  } ops{*this, tokens, input, targets};
+  StageForwardPass(ops, stage_shape(), costs_);
+}
+
+StageShape GptCuda::stage_shape() const {
+  return StageShape{first_stage(), last_stage(), shard_.first_block, blocks_, dims_.layers};
 }
 
 double GptCuda::DeviceLap(Lap& lap) {
@@ -462,69 +469,62 @@ void GptCuda::BackwardMicro(int slot, float loss_scale, const bf16* doutput,
                             const GradReadyFn& ready) {
   LOOM_CHECK(B_ > 0, "call Reserve and ForwardMicro before BackwardMicro");
   UseSlot(slot);
-  const int B = B_, T = T_, C = dims_.channels, V = dims_.vocab, L = dims_.layers;
-  const int N = B * T;
-  const size_t NC = static_cast<size_t>(N) * C;
-  const Tensors w = View(params_);
-  const Tensors g = View(grads_);
-  // The backward ops accumulate, so each scratch buffer is zeroed before it is written.
-  auto zero = [this](bf16* buf, size_t n) {
-    LOOM_CUDA_CHECK(cudaMemsetAsync(buf, 0, n * sizeof(bf16), stream_));
-  };
-  Lap lap;  // read only when costs_ is set
-  if (costs_) DeviceLap(lap);
-  if (last_stage()) {
-    // Loss = loss_scale * mean over N positions: each position's loss has weight loss_scale/N.
-    const float dloss = loss_scale / static_cast<float>(N);
-    if (dloss != dlosses_value_) {
-      const std::vector<float> host(static_cast<size_t>(N), dloss);
-      LOOM_CUDA_CHECK(cudaMemcpyAsync(s_.dlosses, host.data(), host.size() * sizeof(float),
-                                      cudaMemcpyHostToDevice, stream_));
-      LOOM_CUDA_CHECK(cudaStreamSynchronize(stream_));  // `host` is about to go away
-      dlosses_value_ = dloss;
+  LOOM_CHECK(last_stage() || doutput != nullptr,
+             "a stage before the last needs d(output) from the next one");
+
+  // The stage pass's ops (stage_pass.h) on the CUDA kernels and the model's stream. `ready`
+  // hears of a stage once its kernels are enqueued, so work it enqueues on this stream runs
+  // after them.
+  struct Ops {
+    GptCuda& m;
+    float loss_scale;
+    const bf16* doutput;
+    const Tensors w = m.View(m.params_);
+    const Tensors g = m.View(m.grads_);
+    const int B = m.B_, T = m.T_, C = m.dims_.channels, N = B * T;
+    const size_t NC = static_cast<size_t>(N) * C;
+    ::loom::train::Lap watch{};
+
+    // The backward ops accumulate, so each scratch buffer is zeroed before it is written.
+    void Zero(bf16* buf, size_t n) {
+      LOOM_CUDA_CHECK(cudaMemsetAsync(buf, 0, n * sizeof(bf16), m.stream_));
     }
-    const int Vp = layout_.padded_vocab;
-    // dlogits' padded columns stay 0, so wte's padding rows get a zero gradient.
-    zero(s_.dlogits, static_cast<size_t>(N) * Vp);
-    kc::softmax_crossentropy_backward(s_.dlogits, a_.logits, a_.lse, a_.targets, s_.dlosses, N, V,
-                                      Vp, stream_);
-    zero(s_.dln, NC);
-    kc::matmul_backward(*gemm_, s_.dln, g.wte, nullptr, s_.dlogits, a_.lnf, w.wte, N, C, Vp,
-                        stream_);
-    zero(s_.dresidual, NC);
-    kc::layernorm_backward(s_.dresidual, g.lnfw, g.lnfb, s_.ln_scratch, s_.dln, BlockInput(blocks_),
-                           w.lnfw, a_.lnf_mean, a_.lnf_rstd, N, C, stream_);
-    if (costs_) {
-      costs_->has_head = true;
-      costs_->head_backward += DeviceLap(lap);
+    void HeadBackward() {
+      const Grads& s = m.s_;
+      // Loss = loss_scale * mean over N positions: each position's loss has weight loss_scale/N.
+      const float dloss = loss_scale / static_cast<float>(N);
+      if (dloss != m.dlosses_value_) {
+        const std::vector<float> host(static_cast<size_t>(N), dloss);
+        LOOM_CUDA_CHECK(cudaMemcpyAsync(s.dlosses, host.data(), host.size() * sizeof(float),
+                                        cudaMemcpyHostToDevice, m.stream_));
+        LOOM_CUDA_CHECK(cudaStreamSynchronize(m.stream_));  // `host` is about to go away
+        m.dlosses_value_ = dloss;
+      }
+      const int Vp = m.layout_.padded_vocab;
+      // dlogits' padded columns stay 0, so wte's padding rows get a zero gradient.
+      Zero(s.dlogits, static_cast<size_t>(N) * Vp);
+      kc::softmax_crossentropy_backward(s.dlogits, m.a_.logits, m.a_.lse, m.a_.targets, s.dlosses,
+                                        N, m.dims_.vocab, Vp, m.stream_);
+      Zero(s.dln, NC);
+      kc::matmul_backward(*m.gemm_, s.dln, g.wte, nullptr, s.dlogits, m.a_.lnf, w.wte, N, C, Vp,
+                          m.stream_);
+      Zero(s.dresidual, NC);
+      kc::layernorm_backward(s.dresidual, g.lnfw, g.lnfb, s.ln_scratch, s.dln,
+                             m.BlockInput(m.blocks_), w.lnfw, m.a_.lnf_mean, m.a_.lnf_rstd, N, C,
+                             m.stream_);
     }
-    // The stages as the CPU model's GradReadyFn: reported once their kernels are enqueued, so
-    // work the callback enqueues on this stream runs after them.
-    if (ready) ready(L);
-  } else {
-    LOOM_CHECK(doutput != nullptr, "a stage before the last needs d(output) from the next one");
-    LOOM_CUDA_CHECK(cudaMemcpyAsync(s_.dresidual, doutput, NC * sizeof(bf16),
-                                    cudaMemcpyDeviceToDevice, stream_));
-  }
-  if (costs_) DeviceLap(lap);  // a bucket launched by `ready`, or the copy: nobody's cost
-  // Down the blocks; dresidual carries d(residual stream) from block to block.
-  for (int l = blocks_ - 1; l >= 0; --l) {
-    BlockBackward(l, w, g);
-    if (costs_) costs_->backward[static_cast<size_t>(l)] += DeviceLap(lap);
-    if (ready) ready(shard_.first_block + l);
-    if (costs_) DeviceLap(lap);
-  }
-  // dresidual now holds d(stage input): InputGrad() on later stages, the encoder's gradient on
-  // the first.
+    void TakeOutputGrad() {
+      LOOM_CUDA_CHECK(cudaMemcpyAsync(m.s_.dresidual, doutput, NC * sizeof(bf16),
+                                      cudaMemcpyDeviceToDevice, m.stream_));
+    }
+    void BlockBackward(int l) { m.BlockBackward(l, w, g); }
+    void EmbedBackward() {
+      kc::encoder_backward(g.wte, g.wpe, m.s_.dresidual, m.a_.tokens, B, T, C, m.stream_);
+    }
+    double Lap() { return m.DeviceLap(watch); }
+  } ops{*this, loss_scale, doutput};
+  StageBackwardPass(ops, stage_shape(), costs_, ready);
   have_input_grad_ = true;
-  if (first_stage()) {
-    kc::encoder_backward(g.wte, g.wpe, s_.dresidual, a_.tokens, B, T, C, stream_);
-    if (costs_) {
-      costs_->has_embedding = true;
-      costs_->embedding_backward += DeviceLap(lap);
-    }
-    if (ready) ready(-1);
-  }
 }
 
 const GptCuda::bf16* GptCuda::InputGrad() const {

@@ -53,6 +53,7 @@
 #include "worker/train/model/dims.h"
 #include "worker/train/model/padded_layout.h"
 #include "worker/train/model/params.h"
+#include "worker/train/model/stage_pass.h"
 #include "worker/train/optim/adamw.h"
 #include "worker/train/profiler/block_costs.h"
 
@@ -285,6 +286,8 @@ class GptCuda {
   bf16* BlockInput(int l) const;
   // Waits for the stream, then returns the seconds since the previous lap (block costs only).
   double DeviceLap(Lap& lap);
+  // Which part of the model this stage holds, for stage_pass.h.
+  StageShape stage_shape() const;
   // params_ := bf16 of host_table (num_params, the table's layout), padding rows zero; through
   // master_ (whole range) or staging_. Synchronises.
   void UploadParams(const float* host_table);
