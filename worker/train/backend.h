@@ -129,9 +129,13 @@ class Backend {
   virtual size_t update_end() const = 0;
   // The global gradient norm when this rank holds the whole world's gradients (one rank).
   virtual double GradNorm() = 0;
-  // Sum of squares of the gradients of the owned tensors (TensorInfo::owner) within
-  // [update_begin, update_end), in double: this rank's term of the world's norm.
-  virtual double OwnedGradSumSquares() = 0;
+  // This rank's terms of the world's squared gradient norm: the sums of squares, in double, of
+  // the owned tensors' gradients (TensorInfo::owner) within [update_begin, update_end), added
+  // into parts (GradNormParts(layers) entries; GradNormPart says which). A part is summed the
+  // same way whichever stage holds it, so on the CPU the world's norm (the parts added in index
+  // order) does not depend on where the pipeline's stage boundaries lie: the doctor's re-split
+  // continues the same loss curve bit for bit.
+  virtual void OwnedGradSumSquares(double* parts) = 0;
   // Clips the update range's gradients to global norm max_norm (ClipGradients) and applies one
   // AdamW step at `lr` to the update range.
   virtual void ClipAndUpdate(double grad_norm, double max_norm, float lr) = 0;

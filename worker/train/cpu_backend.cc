@@ -109,16 +109,22 @@ size_t CpuBackend::ZeroGatherParams() {
 
 double CpuBackend::GradNorm() { return loom::train::GradNorm(model_.grads(), model_.tensors()); }
 
-double CpuBackend::OwnedGradSumSquares() {
+void CpuBackend::OwnedGradSumSquares(double* parts) {
   const size_t begin = optimizer_.begin(), end = optimizer_.end();
-  double sumsq = 0.0;
+  const int layers = model_.dims().layers, first_block = model_.shard().first_block;
   for (const TensorInfo& t : model_.tensors()) {
     if (t.numel == 0 || !t.owner) continue;
-    const size_t lo = std::max(t.offset, begin), hi = std::min(t.offset + t.numel, end);
-    if (lo >= hi) continue;
-    sumsq += loom::kernels::cpu::sum_of_squares(model_.grads() + lo, static_cast<long>(hi - lo));
+    // A stacked tensor is summed block by block (each block's slice alike on every split).
+    const size_t blocks = t.stacked ? static_cast<size_t>(t.shape[0]) : 1;
+    const size_t per = t.numel / blocks;
+    for (size_t b = 0; b < blocks; ++b) {
+      const size_t lo = std::max(t.offset + b * per, begin);
+      const size_t hi = std::min(t.offset + (b + 1) * per, end);
+      if (lo >= hi) continue;
+      parts[GradNormPart(layers, t.name, first_block + static_cast<int>(b))] +=
+          loom::kernels::cpu::sum_of_squares(model_.grads() + lo, static_cast<long>(hi - lo));
+    }
   }
-  return sumsq;
 }
 
 void CpuBackend::ClipAndUpdate(double grad_norm, double max_norm, float lr) {

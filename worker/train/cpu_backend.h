@@ -71,7 +71,7 @@ class CpuBackend : public Backend {
   size_t update_begin() const override { return optimizer_.begin(); }
   size_t update_end() const override { return optimizer_.end(); }
   double GradNorm() override;
-  double OwnedGradSumSquares() override;
+  void OwnedGradSumSquares(double* parts) override;
   void ClipAndUpdate(double grad_norm, double max_norm, float lr) override;
   int64_t optimizer_step() const override { return optimizer_.step(); }
 

@@ -197,7 +197,7 @@ size_t CudaBackend::ZeroGatherParams() {
   return zero_->GatherParams();
 }
 
-double CudaBackend::OwnedGradSumSquares() { return model_.OwnedSumSquares(); }
+void CudaBackend::OwnedGradSumSquares(double* parts) { model_.OwnedSumSquares(parts); }
 
 void CudaBackend::ClipAndUpdate(double grad_norm, double max_norm, float lr) {
   // Clipping as ClipGradients (optim/adamw.h), folded into the AdamW update as a gradient scale.

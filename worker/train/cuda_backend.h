@@ -98,7 +98,7 @@ class CudaBackend : public Backend {
   size_t update_begin() const override { return model_.range_begin(); }
   size_t update_end() const override { return model_.range_end(); }
   double GradNorm() override { return model_.GradNorm(); }  // one rank: every tensor owned
-  double OwnedGradSumSquares() override;
+  void OwnedGradSumSquares(double* parts) override;
   void ClipAndUpdate(double grad_norm, double max_norm, float lr) override;
   int64_t optimizer_step() const override { return optimizer_step_; }
 

@@ -327,20 +327,29 @@ StepResult Trainer::Step() {
     // One world all-reduce carries the loss (from the last stage's tensor rank 0, averaged over
     // dp) and the squared gradient norm (each tensor once: its owners, on dp rank 0, or under
     // ZeRO-1 on every dp rank for the part of them inside its range; the ranges tile the buffer).
-    const double sumsq = zero1() || shape_.dp_rank == 0 ? be.OwnedGradSumSquares() : 0.0;
-    // The third value counts the ranks asked to stop: the gang agrees on this step to save at.
-    float shared[3] = {
-        last_stage() && shape_.tp_rank == 0 ? loss / static_cast<float>(shape_.dp_size) : 0.0f,
-        static_cast<float>(sumsq), stop_here ? 1.0f : 0.0f};
+    // The norm travels in parts (GradNormParts), each held by one stage, so the sum below does
+    // not depend on the pipeline split. The second value counts the ranks asked to stop: the
+    // gang agrees on this step to save at.
+    const int layers = be.dims().layers;
+    std::vector<double> parts(static_cast<size_t>(GradNormParts(layers)), 0.0);
+    if (zero1() || shape_.dp_rank == 0) be.OwnedGradSumSquares(parts.data());
+    std::vector<float> shared(2 + parts.size());
+    shared[0] =
+        last_stage() && shape_.tp_rank == 0 ? loss / static_cast<float>(shape_.dp_size) : 0.0f;
+    shared[1] = stop_here ? 1.0f : 0.0f;
+    for (size_t i = 0; i < parts.size(); ++i) shared[2 + i] = static_cast<float>(parts[i]);
+    const size_t bytes = shared.size() * sizeof(float);
     be.Enter(Phase::kCommExposed);
     const int64_t t = TraceStart();
-    be.AllReduceHost(comms_.world, shared, 3);
-    r.comm.world_all_reduce = sizeof(shared);
-    Trace(TraceKind::kWorldAllReduce, t, -1, sizeof(shared));
+    be.AllReduceHost(comms_.world, shared.data(), shared.size());
+    r.comm.world_all_reduce = bytes;
+    Trace(TraceKind::kWorldAllReduce, t, -1, bytes);
     be.Enter(Phase::kOptimizer);
     loss = shared[0];
-    r.grad_norm = std::sqrt(static_cast<double>(std::max(shared[1], 0.0f)));
-    r.stop_requested = shared[2] > 0.5f;
+    r.stop_requested = shared[1] > 0.5f;
+    double sumsq = 0.0;
+    for (size_t i = 0; i < parts.size(); ++i) sumsq += static_cast<double>(shared[2 + i]);
+    r.grad_norm = std::sqrt(std::max(sumsq, 0.0));
   }
   if (!std::isfinite(loss)) {
     throw BadInput("train.lr", "the loss became " + std::to_string(loss) + " at step " +

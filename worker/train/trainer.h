@@ -60,7 +60,7 @@ struct CommBytes {
   size_t pp_send_recv = 0;      // activations and gradients sent and received
   size_t emb_all_reduce = 0;    // the tied embedding's gradient between the first and last stage
   size_t all_gather = 0;        // ZeRO-1's parameter all-gather
-  size_t world_all_reduce = 0;  // loss and gradient norm
+  size_t world_all_reduce = 0;  // loss, stop flag and the gradient norm's parts
 };
 
 struct StepResult {

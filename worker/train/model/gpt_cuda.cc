@@ -551,7 +551,7 @@ double GptCuda::GradNorm() {
   return std::sqrt(static_cast<double>(std::max(sumsq, 0.0f)));
 }
 
-double GptCuda::OwnedSumSquares() {
+void GptCuda::OwnedSumSquares(double* parts) {
   // One sum per owned tensor's span of the range (at most one each: the range is contiguous;
   // the padding rows of wte lie outside every span), then one copy back.
   float sums[kNumParamTensors] = {};
@@ -563,11 +563,12 @@ double GptCuda::OwnedSumSquares() {
   });
   LOOM_CUDA_CHECK(cudaMemcpyAsync(sums, norm_out_, sizeof(sums), cudaMemcpyDeviceToHost, stream_));
   LOOM_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  double total = 0.0;
   for (int i = 0; i < kNumParamTensors; ++i) {
-    if (summed[i]) total += static_cast<double>(sums[i]);
+    if (summed[i]) {
+      parts[GradNormPart(dims_.layers, table_[i].name, shard_.first_block)] +=
+          static_cast<double>(sums[i]);
+    }
   }
-  return total;
 }
 
 void GptCuda::Update(const AdamWConfig& config, float lr, float grad_scale, int64_t t) {

@@ -150,10 +150,13 @@ class GptCuda {
   // The L2 norm of all of this shard's gradients (one sum of squares over the buffer, fp32 on
   // the device; synchronises the stream).
   double GradNorm();
-  // Sum of squares of the gradients of the tensors this rank owns (TensorInfo::owner: each
-  // tensor once over the tp group and the stages) within the master range, in double on the
-  // host: this rank's term of the world's norm. Synchronises the stream.
-  double OwnedSumSquares();
+  // Sums of squares of the gradients of the tensors this rank owns (TensorInfo::owner: each
+  // tensor once over the tp group and the stages) within the master range, added into parts
+  // (Backend::OwnedGradSumSquares): this rank's terms of the world's norm. One reduction per
+  // tensor, not per block: a stacked tensor's sum goes to the part of its first block, so the
+  // GPU's norm is the same total but not summed alike under every pipeline split. Synchronises
+  // the stream.
+  void OwnedSumSquares(double* parts);
 
   // One AdamW step at learning rate lr on the master range (weight decay on TensorInfo::decay
   // tensors only, as on the CPU), with the gradients multiplied by grad_scale (clipping); the

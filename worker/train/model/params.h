@@ -73,6 +73,17 @@ std::vector<TensorInfo> ParamTable(const ModelDims& dims);
 // ShardProblem(dims, shard) empty. ParamTable(dims) == ShardTable(dims, ModelShard{}).
 std::vector<TensorInfo> ShardTable(const ModelDims& dims, const ModelShard& shard);
 
+// The world's gradient norm is summed in parts, one per block and two more, so that its value
+// does not depend on how the blocks are split into stages (Backend::OwnedGradSumSquares,
+// backend.h).
+inline int GradNormParts(int layers) { return layers + 2; }
+// Block l's tensors: part l; wte and wpe: part `layers`; lnfw and lnfb: part layers + 1.
+inline int GradNormPart(int layers, const std::string& tensor, int block) {
+  if (tensor == "wte" || tensor == "wpe") return layers;
+  if (tensor == "lnfw" || tensor == "lnfb") return layers + 1;
+  return block;
+}
+
 // Total floats in the table.
 size_t ParamCount(const std::vector<TensorInfo>& table);
 
