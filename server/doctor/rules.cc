@@ -332,10 +332,29 @@ void ExposedCommunication(const DoctorInput& in, const std::vector<RankFigures>&
   AddEvidence(&f, "dp_all_reduce_bytes", static_cast<double>(dp_bytes),
               "loom_rank_comm_bytes_total{kind=all_reduce}");
   std::string fix;
-  if (in.layout.data > 1 && ov < 0.5) {
+  // Each bucket is one all-reduce paying its own latency: past this many per step the latencies,
+  // not the bytes, make the exposed time, and larger buckets are the fix.
+  constexpr double kManyBuckets = 64;
+  // Below this many the first bucket fills late in backward: smaller ones could start earlier.
+  // Between the two, smaller buckets would only add latencies: the fix is less traffic.
+  constexpr double kFewBuckets = 4;
+  const double bucket_bytes = in.layout.dp_bucket_mb * 1048576.0;
+  const double buckets = bucket_bytes > 0 ? static_cast<double>(dp_bytes) / bucket_bytes : 0;
+  if (in.layout.data > 1 && !in.layout.dp_overlap) {
     fix =
-        "overlap the gradient all-reduce with backward (buckets launched during backward) and "
-        "use smaller buckets so the first starts earlier";
+        "overlap the gradient all-reduce with backward: set spec.parallelism.dp_overlap to true "
+        "(the default), so each bucket is summed while the earlier blocks' backward runs";
+  } else if (in.layout.data > 1 && buckets > kManyBuckets) {
+    AddEvidence(&f, "dp_buckets_per_step", buckets, "spec.parallelism.dp_bucket_mb");
+    fix = absl::StrFormat(
+        "larger gradient buckets: %.0f all-reduces of %.3g MiB per step each pay their latency; "
+        "set spec.parallelism.dp_bucket_mb to 25 (the default)",
+        buckets, in.layout.dp_bucket_mb);
+  } else if (in.layout.data > 1 && ov < 0.5 && buckets < kFewBuckets) {
+    fix = absl::StrFormat(
+        "smaller gradient buckets so the first all-reduce starts earlier in backward: set "
+        "spec.parallelism.dp_bucket_mb below its %.3g MiB",
+        in.layout.dp_bucket_mb);
   } else if (in.layout.data > 1) {
     fix =
         "less data-parallel traffic: fewer data-parallel replicas with more micro-batches "

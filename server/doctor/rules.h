@@ -53,6 +53,8 @@ struct LayoutInfo {
   int layers = 1;
   std::vector<int> blocks_per_stage;  // empty: the runtime's even split
   bool zero1 = false;
+  double dp_bucket_mb = 25.0;  // spec.parallelism.dp_bucket_mb (the runtime's default)
+  bool dp_overlap = true;      // spec.parallelism.dp_overlap
 };
 
 // The planner's best layout for this job's model and devices, and its prediction for the layout

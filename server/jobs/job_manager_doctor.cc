@@ -29,6 +29,9 @@ doctor::LayoutInfo LayoutOf(const v1::Job& job) {
   l.micro_batch = layout.micro_batch();
   l.num_micro_batches = layout.num_micro_batches();
   l.zero1 = layout.zero1();
+  const v1::ParallelismSpec& p = job.spec().parallelism();
+  if (p.has_dp_bucket_mb()) l.dp_bucket_mb = p.dp_bucket_mb();
+  if (p.has_dp_overlap()) l.dp_overlap = p.dp_overlap();
   l.blocks_per_stage.assign(layout.blocks_per_stage().begin(), layout.blocks_per_stage().end());
   if (l.blocks_per_stage.empty()) {
     const auto& spec = job.spec().parallelism().blocks_per_stage();

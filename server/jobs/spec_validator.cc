@@ -26,6 +26,7 @@ constexpr double kDefaultMinLrRatio = 0.1;
 constexpr double kDefaultWeightDecay = 0.1;
 constexpr double kDefaultGradClip = 1.0;
 constexpr double kDefaultBackoffSeconds = 1.0;
+constexpr double kMaxBucketMb = 1024;  // spec.parallelism.dp_bucket_mb
 // Sequences per data-parallel rank per step when global_batch_tokens is not
 // given.
 constexpr int64_t kDefaultSequencesPerRank = 8;
@@ -412,6 +413,12 @@ absl::Status CheckParallelism(v1::ParallelismSpec &parallelism, const v1::ModelS
   layout.set_pipeline(static_cast<int32_t>(pipeline));
   layout.set_schedule(parallelism.schedule());
   layout.set_zero1(parallelism.zero1());
+  if (parallelism.has_dp_bucket_mb() &&
+      !(parallelism.dp_bucket_mb() > 0.0 && parallelism.dp_bucket_mb() <= kMaxBucketMb)) {
+    return Invalid("spec.parallelism.dp_bucket_mb",
+                   absl::StrCat(parallelism.dp_bucket_mb(),
+                                " is not a bucket size; give MiB in (0, 1024] (default 25)"));
+  }
   *layout.mutable_blocks_per_stage() = parallelism.blocks_per_stage();
   return absl::OkStatus();
 }

@@ -38,6 +38,7 @@ struct StepFigures {
   uint64_t memory = 100 << 20, reserved = 100 << 20;
   double fragmentation = 0.0;
   uint64_t device_allocations = 0;
+  uint64_t dp_bytes = 0;  // comm_bytes["all_reduce"]
 };
 
 v1::StepReport Report(int rank, int64_t step, const StepFigures& f, double scale = 1.0) {
@@ -56,6 +57,7 @@ v1::StepReport Report(int rank, int64_t step, const StepFigures& f, double scale
   r.set_step_seconds(step_s);
   r.set_idle_ratio((f.comm_exposed + f.bubble) / step_s);
   r.set_overlap_ratio(f.overlap);
+  if (f.dp_bytes > 0) (*r.mutable_comm_bytes())["all_reduce"] = f.dp_bytes;
   r.set_memory_bytes(f.memory);
   r.set_reserved_memory_bytes(f.reserved);
   r.set_memory_fragmentation(f.fragmentation);
@@ -331,6 +333,7 @@ TEST(DoctorRulesTest, ExposedCommunicationWithItsFix) {
       StepFigures f;
       f.comm_exposed = 0.03;  // 30 % of a 0.096 s step
       f.overlap = 0.1;
+      f.dp_bytes = 4 << 20;  // the gradients of a 1 Mi-parameter model
       w.Add(Report(rank, step, f));
     }
   }
@@ -340,8 +343,27 @@ TEST(DoctorRulesTest, ExposedCommunicationWithItsFix) {
   const std::optional<v1::Finding> f = Find(Diagnose(in), v1::EXPOSED_COMMUNICATION);
   ASSERT_TRUE(f.has_value());
   EXPECT_EQ(f->subject(), "job");
-  EXPECT_NE(f->fix().find("overlap"), std::string::npos) << f->fix();
+  // Overlap on, 25 MiB buckets (one per step here), little overlap: start earlier.
+  EXPECT_NE(f->fix().find("set spec.parallelism.dp_bucket_mb below its 25 MiB"), std::string::npos)
+      << f->fix();
   EXPECT_NEAR(f->predicted_gain(), 0.03 / 0.096, 0.01);
+
+  // The fix names the spec field that causes it: overlap turned off...
+  in.layout.dp_overlap = false;
+  std::optional<v1::Finding> g = Find(Diagnose(in), v1::EXPOSED_COMMUNICATION);
+  ASSERT_TRUE(g.has_value());
+  EXPECT_NE(g->fix().find("set spec.parallelism.dp_overlap to true"), std::string::npos)
+      << g->fix();
+  // ... or buckets so small that their latencies add up: 4 MiB in 0.01 MiB buckets is 400
+  // all-reduces per step.
+  in.layout.dp_overlap = true;
+  in.layout.dp_bucket_mb = 0.01;
+  g = Find(Diagnose(in), v1::EXPOSED_COMMUNICATION);
+  ASSERT_TRUE(g.has_value());
+  EXPECT_NE(g->fix().find("400 all-reduces of 0.01 MiB per step"), std::string::npos) << g->fix();
+  EXPECT_NE(g->fix().find("set spec.parallelism.dp_bucket_mb to 25"), std::string::npos)
+      << g->fix();
+  in.layout.dp_bucket_mb = 25;
 
   TelemetryWindow low;
   for (int step = 1; step <= 10; ++step) {

@@ -378,13 +378,38 @@ TEST(FlagsTest, FlagsOverlayTheSpec) {
   EXPECT_EQ(f.export_llmc, "m.bin");
   EXPECT_THAT(ErrorOf([] { ParseFlags({"--stepz", "3"}); }), HasSubstr("--stepz: unknown flag"));
   EXPECT_THAT(ErrorOf([] { ParseFlags({"--steps"}); }), HasSubstr("--steps: expected a value"));
-  EXPECT_TRUE(f.dp_overlap);  // the default
-  EXPECT_FALSE(ParseFlags({"--dp-overlap", "false"}).dp_overlap);
-  EXPECT_TRUE(ParseFlags({"--dp-overlap=true"}).dp_overlap);
-  EXPECT_THAT(ErrorOf([] {
-                ParseFlags({"--dp-overlap", "maybe"});
+  EXPECT_TRUE(c.dp_overlap);  // the defaults
+  EXPECT_DOUBLE_EQ(c.dp_bucket_mb, 25.0);
+}
+
+// parallelism.dp_bucket_mb and dp_overlap: from the spec (the doctor's EXPOSED_COMMUNICATION fix
+// names them), flags win, bad values name the field.
+TEST(FlagsTest, GradientBucketsFromTheSpecOrTheFlags) {
+  const Value spec = ParseYaml(
+      "model: {preset: tiny}\ndata: {builtin: tiny-corpus}\ntrain: {steps: 10}\n"
+      "parallelism: {dp_bucket_mb: 0.5, dp_overlap: false}\n",
+      "job.yaml");
+  JobConfig c = JobConfigFromValue(MergeSpecs(spec, ParseFlags({}).overlay), "job.yaml");
+  EXPECT_DOUBLE_EQ(c.dp_bucket_mb, 0.5);
+  EXPECT_FALSE(c.dp_overlap);
+  c = JobConfigFromValue(
+      MergeSpecs(spec, ParseFlags({"--dp-bucket-mb", "4", "--dp-overlap=true"}).overlay),
+      "job.yaml");
+  EXPECT_DOUBLE_EQ(c.dp_bucket_mb, 4.0);
+  EXPECT_TRUE(c.dp_overlap);
+  for (const char* bad : {"0", "-1", "2048", "nan"}) {
+    EXPECT_THAT(ErrorOf([&] {
+                  JobConfigFromValue(MergeSpecs(spec, ParseFlags({"--dp-bucket-mb", bad}).overlay),
+                                     "job.yaml");
+                }),
+                HasSubstr("parallelism.dp_bucket_mb"))
+        << bad;
+  }
+  EXPECT_THAT(ErrorOf([&] {
+                JobConfigFromValue(MergeSpecs(spec, ParseFlags({"--dp-overlap", "maybe"}).overlay),
+                                   "job.yaml");
               }),
-              HasSubstr("--dp-overlap: expected true or false"));
+              HasSubstr("parallelism.dp_overlap: expected true or false"));
 }
 
 TEST(FlagsTest, Device) {

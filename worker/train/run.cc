@@ -355,8 +355,8 @@ int Run(const std::vector<std::string>& args, const std::function<const char*(co
   }
   TrainerOptions trainer_options;
   trainer_options.bucket_bytes =
-      std::max<size_t>(sizeof(float), static_cast<size_t>(flags.dp_bucket_mb * 1048576.0));
-  trainer_options.dp_overlap = flags.dp_overlap;
+      std::max<size_t>(sizeof(float), static_cast<size_t>(config.dp_bucket_mb * 1048576.0));
+  trainer_options.dp_overlap = config.dp_overlap;
   trainer_options.stop_requested = options.stop_requested;
   trainer_options.test_forward_sleep_ms = TestSlowRankMs(getenv, env.rank);
   // Before the groups and the trainer: they use it, and it outlives them.

@@ -39,6 +39,8 @@ constexpr SpecFlag kSpecFlags[] = {
     {"--seq-len", "train", "seq_len"},
     {"--attention", "train", "attention"},
     {"--batch", "parallelism", "micro_batch"},
+    {"--dp-bucket-mb", "parallelism", "dp_bucket_mb"},
+    {"--dp-overlap", "parallelism", "dp_overlap"},
     {"--checkpoint-every", "checkpoint", "every_steps"},
 };
 
@@ -104,21 +106,6 @@ Flags ParseFlags(const std::vector<std::string>& args) {
       flags.export_llmc = value;
     } else if (arg == "--rendezvous-dir") {
       flags.rendezvous_dir = value;
-    } else if (arg == "--dp-bucket-mb") {
-      char* end = nullptr;
-      flags.dp_bucket_mb = std::strtod(value.c_str(), &end);
-      if (value.empty() || *end != '\0' || !(flags.dp_bucket_mb > 0.0) ||
-          flags.dp_bucket_mb > 1e6) {
-        throw BadInput(arg, "expected a size in MiB > 0, got \"" + value + "\"");
-      }
-    } else if (arg == "--dp-overlap") {
-      if (value == "true" || value == "1") {
-        flags.dp_overlap = true;
-      } else if (value == "false" || value == "0") {
-        flags.dp_overlap = false;
-      } else {
-        throw BadInput(arg, "expected true or false, got \"" + value + "\"");
-      }
     } else if (arg == "--device") {
       const bool cuda_n = value.rfind("cuda:", 0) == 0 && value.size() > 5 &&
                           value.find_first_not_of("0123456789", 5) == std::string::npos &&

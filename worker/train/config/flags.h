@@ -19,8 +19,6 @@ struct Flags {
   std::string init_from_llmc;  // --init-from-llmc FILE: start from llm.c weights
   bool quiet = false;          // --quiet: no human progress on stderr
   std::string rendezvous_dir;  // --rendezvous-dir DIR (wins over LOOM_RENDEZVOUS_DIR)
-  double dp_bucket_mb = 25.0;  // --dp-bucket-mb X: data-parallel gradient bucket size, MiB
-  bool dp_overlap = true;      // --dp-overlap true|false: all-reduce buckets during backward
   // --device cpu|cuda|cuda:N: where the model trains; empty when not given (then LOOM_DEVICE
   // decides, else the CPU). "cuda" means device 0.
   std::string device;

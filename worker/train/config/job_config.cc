@@ -187,8 +187,8 @@ JobConfig JobConfigFromValue(const Value& spec, const std::string& source) {
                           });
               } else if (key == "parallelism") {
                 r.ForEach(v, field,
-                          {"auto", "data", "tensor", "pipeline", "micro_batch", "schedule",
-                           "zero1", "blocks_per_stage"},
+                          {"auto", "data", "tensor", "pipeline", "micro_batch", "schedule", "zero1",
+                           "blocks_per_stage", "dp_bucket_mb", "dp_overlap"},
                           [&](const std::string& k, const Value& x, const std::string& f) {
                             if (x.kind == Value::Kind::kNull) return;
                             if (k == "auto") {
@@ -211,6 +211,21 @@ JobConfig JobConfigFromValue(const Value& spec, const std::string& source) {
                                 r.Fail(f, "expected true or false");
                               } else {
                                 c.zero1 = x.text == "true";
+                              }
+                              return;
+                            }
+                            if (k == "dp_bucket_mb") {
+                              c.dp_bucket_mb = r.Double(x, f);
+                              return;
+                            }
+                            if (k == "dp_overlap") {
+                              // A spec's bool, or a flag's text (--dp-overlap false).
+                              if (x.text == "true" || x.text == "1") {
+                                c.dp_overlap = true;
+                              } else if (x.text == "false" || x.text == "0") {
+                                c.dp_overlap = false;
+                              } else {
+                                r.Fail(f, "expected true or false");
                               }
                               return;
                             }
@@ -318,6 +333,10 @@ JobConfig JobConfigFromValue(const Value& spec, const std::string& source) {
   if (!(c.lr > 0.0)) r.Fail("train.lr", "expected > 0");
   if (c.precision != "fp32" && c.precision != "bf16") {
     r.Fail("train.precision", "expected fp32 or bf16, got \"" + c.precision + "\"");
+  }
+  if (!(c.dp_bucket_mb > 0.0 && c.dp_bucket_mb <= 1024.0)) {
+    r.Fail("parallelism.dp_bucket_mb",
+           "expected a bucket size in MiB in (0, 1024], got " + std::to_string(c.dp_bucket_mb));
   }
   if (c.attention != "auto" && c.attention != "fused" && c.attention != "unfused") {
     r.Fail("train.attention", "expected auto, fused or unfused, got \"" + c.attention + "\"");

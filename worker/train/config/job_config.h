@@ -59,6 +59,8 @@ struct JobConfig {
   std::string schedule;  // "", "1f1b" or "gpipe" (LOOM_LAYOUT decides under the worker)
   bool zero1 = false;    // likewise
   std::vector<int> blocks_per_stage;  // likewise; empty: an even split
+  double dp_bucket_mb = 25.0;         // data-parallel gradient bucket size, MiB (ParallelismSpec)
+  bool dp_overlap = true;             // all-reduce buckets while backward runs (ParallelismSpec)
 
   int64_t checkpoint_every = 0;
   std::string checkpoint_dir;
