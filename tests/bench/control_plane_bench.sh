@@ -102,12 +102,24 @@ SlurmdSpoolDir=/var/spool/slurmd
 SlurmctldLogFile=/var/log/slurm/slurmctld.log
 SlurmdLogFile=/var/log/slurm/slurmd.log
 ReturnToService=2
+# The node is declared with 8 CPUs, like Loom's worker with 8 CPU devices, on whatever this
+# machine has: slurmd must take the declared figures instead of marking the node invalid.
+SlurmdParameters=config_overrides
 NodeName=$host NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN
 PartitionName=bench Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 EOF
+  # munged refuses to run as root (its log and socket directories belong to the munge user),
+  # and reads a key only its own user may read.
   [ -f /etc/munge/munge.key ] || mungekey --create >/dev/null 2>&1 || true
-  (pgrep -x munged >/dev/null || munged) && (pgrep -x slurmctld >/dev/null || slurmctld) &&
-    (pgrep -x slurmd >/dev/null || slurmd)
+  mkdir -p /run/munge
+  chown munge:munge /etc/munge/munge.key /run/munge
+  pgrep -x munged >/dev/null || runuser -u munge -- munged
+  # Restarted on the configuration just written, with a clean state (-c drops old jobs).
+  pkill -x slurmctld || true
+  pkill -x slurmd || true
+  while pgrep -x slurmctld >/dev/null || pgrep -x slurmd >/dev/null; do sleep 0.1; done
+  slurmctld -c
+  slurmd
   for _ in $(seq 1 50); do sinfo -h >/dev/null 2>&1 && break; sleep 0.2; done
 fi
 have_slurm=0

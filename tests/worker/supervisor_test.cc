@@ -12,6 +12,7 @@
 #include <map>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
@@ -518,6 +519,19 @@ TEST_F(SupervisorTest, RanksRunAsTheRankUserAndOwnTheirFolders) {
   struct stat info {};
   ASSERT_EQ(::stat(job_dir.c_str(), &info), 0);
   EXPECT_EQ(info.st_uid, nobody->uid);
+  // The rank starts in the worker's address space until it execs (launcher.h): its change of
+  // user must reach no thread of the worker.
+  int threads = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::istringstream status(ReadFile(task.path().string() + "/status"));
+    for (std::string line; std::getline(status, line);) {
+      if (absl::StartsWith(line, "Uid:")) {
+        EXPECT_EQ(line, "Uid:\t0\t0\t0\t0") << "thread " << task.path().filename();
+        ++threads;
+      }
+    }
+  }
+  EXPECT_GE(threads, 2);  // the test's and the supervisor's at least
 }
 
 }  // namespace
