@@ -179,12 +179,12 @@ TEST_F(SupervisorTest, StdoutBecomesLogsAndProgressBecomesSteps) {
   EXPECT_DOUBLE_EQ(e.steps[0].loss(), 2.5);
   EXPECT_TRUE(e.steps[1].checkpoint());
   EXPECT_TRUE(e.steps[2].has_val_loss());
-  ASSERT_EQ(e.statuses.size(), 3u);
-  EXPECT_EQ(e.statuses[0].phase(), v1::RANK_PHASE_STARTING);
-  EXPECT_EQ(e.statuses[1].phase(), v1::RANK_PHASE_RUNNING);
-  EXPECT_GT(e.statuses[1].pid(), 0);
-  EXPECT_EQ(e.statuses[2].phase(), v1::RANK_PHASE_EXITED);
-  EXPECT_EQ(e.statuses[2].exit_class(), v1::EXIT_CLASS_SUCCESS);
+  // RUNNING (once every rank of the gang has started), then EXITED.
+  ASSERT_EQ(e.statuses.size(), 2u);
+  EXPECT_EQ(e.statuses[0].phase(), v1::RANK_PHASE_RUNNING);
+  EXPECT_GT(e.statuses[0].pid(), 0);
+  EXPECT_EQ(e.statuses[1].phase(), v1::RANK_PHASE_EXITED);
+  EXPECT_EQ(e.statuses[1].exit_class(), v1::EXIT_CLASS_SUCCESS);
   EXPECT_EQ(s.stats().launches, 1);
   EXPECT_EQ(s.stats().exits_success, 1);
 }
@@ -400,7 +400,7 @@ TEST_F(SupervisorTest, RepeatedAndNewerGenerations) {
   int exit_index = -1, second_run_index = -1;
   for (size_t i = 0; i < e.statuses.size(); ++i) {
     if (e.statuses[i].phase() == v1::RANK_PHASE_EXITED) exit_index = static_cast<int>(i);
-    if (e.statuses[i].generation() == 2 && e.statuses[i].phase() == v1::RANK_PHASE_STARTING) {
+    if (e.statuses[i].generation() == 2 && e.statuses[i].phase() == v1::RANK_PHASE_RUNNING) {
       second_run_index = static_cast<int>(i);
     }
   }

@@ -67,7 +67,8 @@ void OutboundBuffer::PushLocked(loom::v1::WorkerMessage message, bool front) {
 }
 
 std::optional<loom::v1::WorkerMessage> OutboundBuffer::Pop(absl::Time deadline,
-                                                           const std::atomic<bool>* cancel) {
+                                                           const std::atomic<bool>* cancel,
+                                                           bool* more) {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     std::deque<Entry>* best = nullptr;
@@ -79,6 +80,7 @@ std::optional<loom::v1::WorkerMessage> OutboundBuffer::Pop(absl::Time deadline,
       best->pop_front();
       if (best == &logs_) log_bytes_ -= m.ByteSizeLong();
       ++in_flight_;
+      if (more != nullptr) *more = !statuses_.empty() || !steps_.empty() || !logs_.empty();
       return m;
     }
     if (cancel != nullptr && cancel->load()) return std::nullopt;

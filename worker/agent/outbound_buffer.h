@@ -46,8 +46,11 @@ class OutboundBuffer final : public RankEventSink {
 
   // Returns the oldest message, waiting until one arrives, `deadline` passes or `cancel` is set
   // (then followed by Wake()). The message counts as in flight until MarkSent() or Unpop().
+  // When `more` is given, it says whether another message was already queued behind this one
+  // (the writer then lets gRPC hold this one back and send both in one write).
   std::optional<loom::v1::WorkerMessage> Pop(absl::Time deadline,
-                                             const std::atomic<bool>* cancel = nullptr);
+                                             const std::atomic<bool>* cancel = nullptr,
+                                             bool* more = nullptr);
   // The popped message was written to the stream.
   void MarkSent(const loom::v1::WorkerMessage& message);
   // The popped message could not be written: it goes back to the front.

@@ -192,9 +192,15 @@ absl::Status SessionClient::RunOnce(bool* established) {
   absl::Status why = absl::UnavailableError("the session stream broke");
   absl::Time next_heartbeat = absl::Now();
   while (!over.load() && !stop_.load()) {
-    std::optional<loom::v1::WorkerMessage> m = buffer_->Pop(next_heartbeat, &over);
+    bool more = false;
+    std::optional<loom::v1::WorkerMessage> m = buffer_->Pop(next_heartbeat, &over, &more);
     if (m) {
-      if (!stream->Write(*m)) {
+      // A burst (a gang's start: a status per rank) leaves in as few socket writes as gRPC can
+      // make of it: a message with another queued behind it is only buffered, and the last one
+      // of the burst, written without the hint, flushes them all.
+      grpc::WriteOptions options;
+      if (more) options.set_buffer_hint();
+      if (!stream->Write(*m, options)) {
         buffer_->Unpop(std::move(*m));
         break;
       }

@@ -565,6 +565,10 @@ void Supervisor::LaunchJob(loom::v1::Assignment a) {
   LOOM_LOG(INFO) << "supervisor: launching " << as.job() << " generation " << as.generation()
                  << " with " << order.size() << " rank(s) of " << as.world_size();
   std::string failure;  // set once a rank fails to start: the rest are not started
+  // The RUNNING statuses go out together once every rank has been started: one burst that the
+  // session writes in one go, instead of a message (and a wake-up on both sides) between
+  // consecutive launches. loomd waits for all of them anyway before the job is RUNNING.
+  std::vector<Rank*> started;
   for (auto& rank : job->ranks) {
     if (!failure.empty()) {
       loom::v1::RankStatus s;
@@ -579,7 +583,6 @@ void Supervisor::LaunchJob(loom::v1::Assignment a) {
       EmitExit(std::move(s));
       continue;
     }
-    EmitStatus(*job, *rank, loom::v1::RANK_PHASE_STARTING);
     LaunchRequest request;
     request.program = options_.rank_program;
     request.args = options_.rank_args;
@@ -621,9 +624,10 @@ void Supervisor::LaunchJob(loom::v1::Assignment a) {
     rank->alive = true;
     launches_.fetch_add(1);
     running_ranks_.fetch_add(1);
-    PublishView();
-    EmitStatus(*job, *rank, loom::v1::RANK_PHASE_RUNNING);
+    started.push_back(rank.get());
   }
+  PublishView();
+  for (Rank* rank : started) EmitStatus(*job, *rank, loom::v1::RANK_PHASE_RUNNING);
   if (!failure.empty()) StopJob(*job, failure);
 }
 
