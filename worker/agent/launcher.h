@@ -20,8 +20,8 @@
 //
 // Threading: Launch() may be called from any thread, but the death signal fires when the
 // *thread* that started the child exits, so callers launch from a thread that lives as long as
-// the ranks (the supervisor's loop thread). That thread is suspended from the clone until the
-// child has exec'd or failed.
+// the ranks (the supervisor's loop thread and its LaunchPool's). That thread is suspended from the
+// clone until the child has exec'd or failed.
 #pragma once
 
 #include <sys/types.h>

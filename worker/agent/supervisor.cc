@@ -158,6 +158,9 @@ absl::Status Supervisor::Start() {
   }
   wake_read_ = fds[0];
   wake_write_ = fds[1];
+  // Helpers for the launches: a core each, up to one per rank of an 8-GPU node.
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  pool_ = std::make_unique<LaunchPool>(std::clamp(cores - 1, 0, 7));
   thread_ = std::thread([this] { Loop(); });
   return absl::OkStatus();
 }
@@ -209,6 +212,7 @@ void Supervisor::Shutdown() {
     if (!thread_.joinable()) return;
     Post(Command{Command::kShutdown, {}, "", 0, ""});
     thread_.join();
+    pool_.reset();  // after the loop: every rank has exited (the death signal, launch_pool.h)
   });
 }
 
@@ -564,26 +568,12 @@ void Supervisor::LaunchJob(loom::v1::Assignment a) {
 
   LOOM_LOG(INFO) << "supervisor: launching " << as.job() << " generation " << as.generation()
                  << " with " << order.size() << " rank(s) of " << as.world_size();
-  std::string failure;  // set once a rank fails to start: the rest are not started
-  // The RUNNING statuses go out together once every rank has been started: one burst that the
-  // session writes in one go, instead of a message (and a wake-up on both sides) between
-  // consecutive launches. loomd waits for all of them anyway before the job is RUNNING.
-  std::vector<Rank*> started;
+  // Every rank is launched at once (the pool runs the execs side by side), then the results are
+  // read in rank order: the first failure names the job's stop reason, and the ranks that did
+  // start are stopped with it.
+  std::vector<LaunchRequest> requests;
   for (auto& rank : job->ranks) {
-    if (!failure.empty()) {
-      loom::v1::RankStatus s;
-      s.set_job(as.job());
-      s.set_generation(as.generation());
-      s.set_rank(rank->assignment.rank());
-      s.set_phase(loom::v1::RANK_PHASE_EXITED);
-      s.set_exit_code(-1);
-      s.set_exit_class(loom::v1::EXIT_CLASS_STOPPED);
-      s.set_message(absl::StrCat("not started: ", failure));
-      rank->final_status = s;
-      EmitExit(std::move(s));
-      continue;
-    }
-    LaunchRequest request;
+    LaunchRequest& request = requests.emplace_back();
     request.program = options_.rank_program;
     request.args = options_.rank_args;
     request.env = options_.inherited_env;
@@ -596,7 +586,18 @@ void Supervisor::LaunchJob(loom::v1::Assignment a) {
     request.uid = options_.rank_user.uid;
     request.gid = options_.rank_user.gid;
     request.groups = options_.rank_user.groups;
-    absl::StatusOr<LaunchedProcess> launched = Launch(request);
+  }
+  std::vector<absl::StatusOr<LaunchedProcess>> results = pool_->LaunchAll(requests);
+
+  std::string failure;  // the first rank that failed to start
+  std::vector<loom::v1::RankStatus> failed;
+  // The RUNNING statuses go out together once every rank has been started: one burst that the
+  // session writes in one go, instead of a message (and a wake-up on both sides) between
+  // consecutive launches. loomd waits for all of them anyway before the job is RUNNING.
+  std::vector<Rank*> started;
+  for (size_t i = 0; i < job->ranks.size(); ++i) {
+    Rank* rank = job->ranks[i].get();
+    absl::StatusOr<LaunchedProcess>& launched = results[i];
     if (!launched.ok()) {
       const bool permanent = absl::IsFailedPrecondition(launched.status());
       loom::v1::RankStatus s;
@@ -609,10 +610,12 @@ void Supervisor::LaunchJob(loom::v1::Assignment a) {
       s.set_message(std::string(launched.status().message()));
       LOOM_LOG(WARNING) << "supervisor: " << as.job() << " rank " << rank->assignment.rank()
                         << " failed to start: " << launched.status().message();
-      failure = absl::StrCat("rank ", rank->assignment.rank(),
-                             " failed to start: ", launched.status().message());
+      if (failure.empty()) {
+        failure = absl::StrCat("rank ", rank->assignment.rank(),
+                               " failed to start: ", launched.status().message());
+      }
       rank->final_status = s;
-      EmitExit(std::move(s));
+      failed.push_back(std::move(s));
       continue;
     }
     rank->pid = launched->pid;
@@ -624,10 +627,11 @@ void Supervisor::LaunchJob(loom::v1::Assignment a) {
     rank->alive = true;
     launches_.fetch_add(1);
     running_ranks_.fetch_add(1);
-    started.push_back(rank.get());
+    started.push_back(rank);
   }
   PublishView();
   for (Rank* rank : started) EmitStatus(*job, *rank, loom::v1::RANK_PHASE_RUNNING);
+  for (loom::v1::RankStatus& s : failed) EmitExit(std::move(s));
   if (!failure.empty()) StopJob(*job, failure);
 }
 

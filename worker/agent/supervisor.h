@@ -41,6 +41,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "loom/v1/node.pb.h"
+#include "worker/agent/launch_pool.h"
 #include "worker/agent/path_confinement.h"
 #include "worker/agent/rank_environment.h"
 #include "worker/agent/rank_event_sink.h"
@@ -178,6 +179,7 @@ class Supervisor {
   std::vector<loom::v1::RunningJob> view_;
   bool stopping_ = false;
   int wake_read_ = -1, wake_write_ = -1;
+  std::unique_ptr<LaunchPool> pool_;  // set by Start(), reset after the loop ends
   std::thread thread_;
   std::once_flag shutdown_once_;
 
