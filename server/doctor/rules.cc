@@ -35,6 +35,8 @@ struct RankFigures {
   double step = 0, busy = 0, comm_exposed = 0, bubble = 0, idle = 0, overlap = 0;
   double busy_mad = 0;
   double fragmentation = 0, waste_bytes = 0, device_allocations = 0;
+  double waste_mad = 0;       // how much the held-but-unused bytes move from step to step
+  double reserved_bytes = 0;  // median
   double peak_bytes = 0;
   uint64_t dp_bytes = 0;
   int64_t last_step = -1;
@@ -65,11 +67,16 @@ RankFigures FiguresOf(int rank, const RankWindow& w, const LayoutInfo& layout) {
   f.idle = MedianOf(w.steps, [](const RankStep& s) { return s.idle_ratio; });
   f.overlap = MedianOf(w.steps, [](const RankStep& s) { return s.overlap_ratio; });
   f.fragmentation = MedianOf(w.steps, [](const RankStep& s) { return s.fragmentation; });
-  f.waste_bytes = MedianOf(w.steps, [](const RankStep& s) {
-    return s.reserved_bytes > s.memory_bytes
-               ? static_cast<double>(s.reserved_bytes - s.memory_bytes)
-               : 0.0;
-  });
+  std::vector<double> waste;
+  for (const RankStep& s : w.steps) {
+    waste.push_back(s.reserved_bytes > s.memory_bytes
+                        ? static_cast<double>(s.reserved_bytes - s.memory_bytes)
+                        : 0.0);
+  }
+  f.waste_bytes = Median(waste);
+  f.waste_mad = Mad(waste);
+  f.reserved_bytes =
+      MedianOf(w.steps, [](const RankStep& s) { return static_cast<double>(s.reserved_bytes); });
   f.device_allocations = MedianOf(
       w.steps, [](const RankStep& s) { return static_cast<double>(s.device_allocations); });
   f.peak_bytes =
@@ -411,9 +418,17 @@ void Memory(const DoctorInput& in, const std::vector<RankFigures>& ranks, Diagno
         NewFinding(v1::MEMORY, v1::FINDING_SEVERITY_WARNING, RankSubject(r.rank, in.rank_nodes));
     const double threshold =
         Raised(in, f) ? in.thresholds.fragmentation_keep : in.thresholds.fragmentation_raise;
+    // Unused bytes that are the same every step are the cache's rounding (a buffer of 1-20 MiB
+    // leaves the tail of its 20 MiB segment free), not pieces a changing shape left behind: they
+    // cost nothing until the device is nearly full, so they count only then.
+    const bool stable = r.waste_mad <= in.thresholds.waste_stable_fraction * r.waste_bytes;
+    const bool pressed = in.device_memory_bytes > 0 &&
+                         r.reserved_bytes >= in.thresholds.memory_pressure *
+                                                 static_cast<double>(in.device_memory_bytes);
     const bool fragmented =
         r.fragmentation > threshold &&
-        r.waste_bytes >= static_cast<double>(in.thresholds.memory_min_waste_bytes);
+        r.waste_bytes >= static_cast<double>(in.thresholds.memory_min_waste_bytes) &&
+        (!stable || pressed);
     const bool allocating = r.device_allocations > 0;
     if (!fragmented && !allocating) continue;
     f.set_rank(r.rank);

@@ -38,6 +38,9 @@ struct Thresholds {
   // MEMORY: fragmentation above this with at least memory_min_waste_bytes held but unused.
   double fragmentation_raise = 0.30, fragmentation_keep = 0.20;
   uint64_t memory_min_waste_bytes = 32ull << 20;
+  // ...unless those bytes hardly move (MAD at most this fraction of their median) and the rank
+  // reserves less than memory_pressure of its device: then they are the cache's fixed rounding.
+  double waste_stable_fraction = 0.05, memory_pressure = 0.90;
   // MEMORY headroom: a micro-batch whose predicted peak is under this fraction of the device
   // memory "fits with margin"; a current peak above memory_near_limit is too close.
   double memory_margin = 0.80, memory_near_limit = 0.95;

@@ -82,7 +82,8 @@ v1::StepReport Step(CachingAllocator& alloc, Activations& acts, int64_t step, si
   return r;
 }
 
-std::optional<v1::Finding> MemoryFinding(const std::vector<size_t>& tokens_per_step) {
+std::optional<v1::Finding> MemoryFinding(const std::vector<size_t>& tokens_per_step,
+                                         uint64_t device_memory_bytes = 0) {
   UnbackedDeviceMemory memory;
   CachingAllocator alloc(&memory);
   void* params = alloc.Allocate(64 * kMiB);
@@ -97,6 +98,7 @@ std::optional<v1::Finding> MemoryFinding(const std::vector<size_t>& tokens_per_s
   doctor::DoctorInput in;
   in.window = &window;
   in.rank_nodes[0] = "node-a";
+  in.device_memory_bytes = device_memory_bytes;
   for (const v1::Finding& f : doctor::Diagnose(in).findings) {
     if (f.kind() == v1::MEMORY) return f;
   }
@@ -121,11 +123,24 @@ TEST(DoctorAllocatorTest, AShapeThatChangesEveryStepFragmentsTheCacheAndIsNamed)
 }
 
 TEST(DoctorAllocatorTest, AFixedShapeReachesASteadyStateAndRaisesNothing) {
-  // 32 MiB activations: each fills a segment of its own. (Between 1 and 20 MiB a buffer leaves
-  // the tail of its 20 MiB segment free, and eight 16 MiB buffers leave 32 MiB in 4 MiB tails,
-  // which this rule counts as fragmentation although the job's shape never changes.)
+  // 32 MiB activations: each fills a segment of its own.
   const std::optional<v1::Finding> f = MemoryFinding(std::vector<size_t>(24, 8192));
   EXPECT_FALSE(f.has_value()) << f->summary();
+}
+
+TEST(DoctorAllocatorTest, SegmentTailsOfAFixedShapeCountOnlyWhenTheDeviceIsNearlyFull) {
+  // 16 MiB activations: each leaves the 4 MiB tail of its 20 MiB segment free, 32 MiB in all
+  // and a fragmentation above the raise threshold, the same every step. That is the cache's
+  // rounding, not a changing shape: no finding on a roomy device...
+  const std::vector<size_t> fixed(24, 4096);
+  const std::optional<v1::Finding> roomy = MemoryFinding(fixed, 80ull << 30);
+  EXPECT_FALSE(roomy.has_value()) << roomy->summary();
+  // ...but on a device the rank nearly fills, those 32 MiB are worth getting back.
+  const std::optional<v1::Finding> full = MemoryFinding(fixed, 260 * kMiB);
+  ASSERT_TRUE(full.has_value()) << "no MEMORY finding on a nearly full device";
+  std::map<std::string, double> evidence;
+  for (const auto& e : full->evidence()) evidence[e.name()] = e.value();
+  EXPECT_GE(evidence["reserved_minus_allocated_bytes"], 32.0 * kMiB) << full->summary();
 }
 
 }  // namespace

@@ -403,10 +403,11 @@ TEST(DoctorRulesTest, LayoutWorseThanThePlannersBestByMoreThanTheThreshold) {
 }
 
 TEST(DoctorRulesTest, MemoryFragmentationAndHeadroom) {
+  // A shape that changes from step to step: the unused bytes move with it.
   TelemetryWindow frag;
   for (int step = 1; step <= 10; ++step) {
     StepFigures f;
-    f.memory = 200ull << 20;
+    f.memory = (step % 2 == 0 ? 200ull : 150ull) << 20;
     f.reserved = 400ull << 20;
     f.fragmentation = 0.7;
     frag.Add(Report(0, step, f));
@@ -417,6 +418,26 @@ TEST(DoctorRulesTest, MemoryFragmentationAndHeadroom) {
   ASSERT_TRUE(f.has_value());
   EXPECT_EQ(f->rank(), 0);
   EXPECT_NE(f->summary().find("fragmented"), std::string::npos);
+
+  // The same unused 200 MiB every step is the cache's fixed rounding: not raised while the
+  // device has room, raised once the rank reserves 90 % of it.
+  TelemetryWindow flat;
+  for (int step = 1; step <= 10; ++step) {
+    StepFigures g;
+    g.memory = 200ull << 20;
+    g.reserved = 400ull << 20;
+    g.fragmentation = 0.7;
+    flat.Add(Report(0, step, g));
+  }
+  DoctorInput roomy;
+  roomy.window = &flat;
+  EXPECT_FALSE(Find(Diagnose(roomy), v1::MEMORY).has_value());
+  roomy.device_memory_bytes = 4000ull << 20;
+  EXPECT_FALSE(Find(Diagnose(roomy), v1::MEMORY).has_value());
+  roomy.device_memory_bytes = 440ull << 20;
+  const std::optional<v1::Finding> pressed = Find(Diagnose(roomy), v1::MEMORY);
+  ASSERT_TRUE(pressed.has_value());
+  EXPECT_NE(pressed->summary().find("fragmented"), std::string::npos);
 
   // A clean allocator: no fragmentation finding; headroom from the memory model.
   TelemetryWindow clean;
