@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -15,6 +16,19 @@
 #include "client/scale_test_command.h"
 #include "client/trace_command.h"
 #include "common/tls.h"
+
+namespace {
+
+// Ends the process once a command is done: the output is flushed, and nothing else is left to
+// do. Skipping the destructors skips gRPC's shutdown (joining its threads, tearing the channel
+// down), which would otherwise add to every call of a short-lived CLI.
+[[noreturn]] int Finish(int code) {
+  std::cout.flush();
+  std::cerr.flush();
+  std::_Exit(code);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace loom::client;
@@ -168,21 +182,21 @@ int main(int argc, char** argv) {
   ctx.out_is_tty = isatty(STDOUT_FILENO) == 1;
   ctx.err_is_tty = isatty(STDERR_FILENO) == 1;
 
-  if (*submit) return RunSubmit(ctx, submit_args);
-  if (*plan) return RunPlan(ctx, plan_args);
-  if (*get) return RunGet(ctx, job, get_wait);
-  if (*list) return RunList(ctx, state);
-  if (*watch) return RunWatch(ctx, job);
+  if (*submit) return Finish(RunSubmit(ctx, submit_args));
+  if (*plan) return Finish(RunPlan(ctx, plan_args));
+  if (*get) return Finish(RunGet(ctx, job, get_wait));
+  if (*list) return Finish(RunList(ctx, state));
+  if (*watch) return Finish(RunWatch(ctx, job));
   if (*logs) {
     logs_args.rank = rank;
-    return RunLogs(ctx, logs_args);
+    return Finish(RunLogs(ctx, logs_args));
   }
-  if (*cancel) return RunCancel(ctx, job);
-  if (*doctor) return RunDoctor(ctx, job);
-  if (*scale) return RunScaleTest(ctx, scale_args);
-  if (*trace) return RunTrace(ctx, trace_args);
-  if (*drain) return RunDrainNode(ctx, drain_args);
-  if (*del) return RunDeleteNode(ctx, delete_node, delete_force);
-  if (*nodes || *nodes_list) return RunNodes(ctx);
+  if (*cancel) return Finish(RunCancel(ctx, job));
+  if (*doctor) return Finish(RunDoctor(ctx, job));
+  if (*scale) return Finish(RunScaleTest(ctx, scale_args));
+  if (*trace) return Finish(RunTrace(ctx, trace_args));
+  if (*drain) return Finish(RunDrainNode(ctx, drain_args));
+  if (*del) return Finish(RunDeleteNode(ctx, delete_node, delete_force));
+  if (*nodes || *nodes_list) return Finish(RunNodes(ctx));
   return kExitInvalidInput;
 }
