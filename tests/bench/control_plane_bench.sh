@@ -13,7 +13,8 @@
 #   start       one `loomctl --help` (process start alone)       | `sbatch --help`
 #   submit      one `loomctl submit` on a quiet machine           | `sbatch --hold --wrap=true`
 #   storm       LOOPS shell loops x PER_LOOP CLI submits at once  | the same with sbatch --hold
-#   turnaround  JOBS trivial 8-device jobs, all queued at once, wall time per job until the last
+#   turnaround  JOBS trivial 8-device jobs, all queued first (Loom: while the worker is stopped;
+#               Slurm: held), then released: wall time per job from the release until the last
 #               ends (each job takes every device, so they run one after the other) | the same
 #               with `sbatch -n8 --wrap=true` on a one-node Slurm with 8 CPUs
 #   gap         Loom only, from the turnaround jobs' events: one job SUCCEEDED -> the next one
@@ -138,6 +139,7 @@ start_loom() {
   "$b/loom-worker" --coordinator="$server" --insecure --cpu-devices=8 --work-dir="$dir/work" \
     --rank-program=/bin/true --name=bench-node --ready-file="$dir/worker.ready" \
     ${rank_user:+--rank-user="$rank_user"} >"$dir/worker.log" 2>&1 &
+  worker_pid=$!
   pids+=($!)
   for _ in $(seq 1 100); do [ -s "$dir/worker.ready" ] && break; sleep 0.05; done
 }
@@ -183,10 +185,14 @@ wait_children() {  # waits for the storm loops only (not the daemons)
 loom_turnaround_ms() {
   local b=$1 start end last state
   spec 8 >"$tmp/spec8.yaml"
-  start=$(now_ns)
+  # The queue is filled while the worker is stopped (the first job is placed on it and waits),
+  # and the clock starts when it resumes: the submits' CPU does not fall on the gangs' starts.
+  kill -STOP "$worker_pid"
   for _ in $(seq 1 "$jobs"); do
     "$b/loomctl" --server="$server" -o json submit -f "$tmp/spec8.yaml"
   done | sed -n 's/.*"name": *"\(jobs\/[^"]*\)".*/\1/p' >"$tmp/names"
+  start=$(now_ns)
+  kill -CONT "$worker_pid"
   # FIFO and every job takes all 8 devices: the last one ends last.
   last=$(tail -1 "$tmp/names")
   while true; do
@@ -229,9 +235,11 @@ print("%.2f %.2f" % (statistics.median(gaps), statistics.median(placed)) if gaps
 }
 
 slurm_turnaround_ms() {
-  local start end
+  local start end ids=()
+  # Submitted held, and released at once when the clock starts (as Loom's queue is).
+  for _ in $(seq 1 "$jobs"); do ids+=("$(sbatch --parsable --hold -n8 --wrap=true -o /dev/null)"); done
   start=$(now_ns)
-  for _ in $(seq 1 "$jobs"); do sbatch -Q -n8 --wrap=true -o /dev/null >/dev/null; done
+  scontrol release "$(IFS=,; echo "${ids[*]}")"
   while [ -n "$(squeue -h -u "$(id -un)" 2>/dev/null)" ]; do sleep 0.01; done
   end=$(now_ns)
   echo "scale=2; ($end - $start) / $jobs / 1000000" | bc
