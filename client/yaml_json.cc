@@ -118,8 +118,8 @@ void Emit(const nlohmann::ordered_json& v, YAML::Emitter& out) {
     case nlohmann::ordered_json::value_t::object:
       out << YAML::BeginMap;
       for (const auto& [key, child] : v.items()) {
-        // A reader takes an implicit key of at most 1024 characters, and escaping can make a
-        // key ten times longer (\U0010FFFF): long keys are written explicit ("? key").
+        // A reader takes an implicit key of at most 1024 characters, and escaping writes a byte
+        // as up to four ("\x1b"): keys over 100 bytes are written explicit ("? key").
         if (key.size() > 100) out << YAML::LongKey;
         out << YAML::Key;
         if (NeedsQuotes(key)) {

@@ -13,10 +13,10 @@
 // Launch() therefore returns only after the rank program is running (or has failed to start).
 //
 // The child is a clone that shares the worker's address space until it execs (CLONE_VM |
-// CLONE_VFORK, as posix_spawn does), not a fork: nothing is copied, so a gang of 8 ranks starts in
-// a fraction of a millisecond per rank instead of 2-3 ms. Between the clone and the exec the
-// child makes only system calls on data prepared before the clone, and writes no memory of the
-// worker's.
+// CLONE_VFORK, as posix_spawn does), not a fork: the worker's page tables are not copied (on a
+// 2-core VM the gap between two back-to-back 8-rank gangs fell from 11.0 to 6.5 ms with this
+// alone; docs/benchmarks.md). Between the clone and the exec the child makes only system calls
+// on data prepared before the clone, and writes no memory of the worker's.
 //
 // Threading: Launch() may be called from any thread, but the death signal fires when the
 // *thread* that started the child exits, so callers launch from a thread that lives as long as
