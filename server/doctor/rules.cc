@@ -311,6 +311,26 @@ void Stragglers(const DoctorInput& in, const std::vector<RankFigures>& ranks, Di
   }
 }
 
+// ExposedCommunication's band of gradient buckets per step. Each bucket is one all-reduce paying
+// its own latency: past kManyBuckets the latencies, not the bytes, make the exposed time, and
+// larger buckets are the fix. Below kFewBuckets the first bucket fills late in backward: smaller
+// ones could start earlier. Between the two, smaller buckets would only add latencies: the fix is
+// less traffic.
+constexpr double kManyBuckets = 64;
+constexpr double kFewBuckets = 4;
+// The bucket size both bucket fixes advise: a step's gradients in kAdvisedBuckets all-reduces, a
+// factor of four inside either end of the band. A job that takes the advice lands inside the
+// band, so neither bucket fix can be raised for it next: the advice never swings from larger to
+// smaller buckets and back. Clamped to what the spec validator accepts ((0, 1024] MiB), which
+// keeps that promise for 16 KiB to 64 GiB of gradients per step. Four significant digits, so
+// that 1024 is written "1024", not "1.02e+03".
+constexpr double kAdvisedBuckets = 16;
+std::string AdvisedBucketMb(uint64_t dp_bytes) {
+  const double mb = static_cast<double>(dp_bytes) / kAdvisedBuckets / 1048576.0;
+  return absl::StrFormat("%.4g (%.0f all-reduces per step)", std::clamp(mb, 0.001, 1024.0),
+                         kAdvisedBuckets);
+}
+
 void ExposedCommunication(const DoctorInput& in, const std::vector<RankFigures>& ranks, double step,
                           Diagnosis* out) {
   std::vector<double> ratio, overlap;
@@ -339,29 +359,26 @@ void ExposedCommunication(const DoctorInput& in, const std::vector<RankFigures>&
   AddEvidence(&f, "dp_all_reduce_bytes", static_cast<double>(dp_bytes),
               "loom_rank_comm_bytes_total{kind=all_reduce}");
   std::string fix;
-  // Each bucket is one all-reduce paying its own latency: past this many per step the latencies,
-  // not the bytes, make the exposed time, and larger buckets are the fix.
-  constexpr double kManyBuckets = 64;
-  // Below this many the first bucket fills late in backward: smaller ones could start earlier.
-  // Between the two, smaller buckets would only add latencies: the fix is less traffic.
-  constexpr double kFewBuckets = 4;
   const double bucket_bytes = in.layout.dp_bucket_mb * 1048576.0;
   const double buckets = bucket_bytes > 0 ? static_cast<double>(dp_bytes) / bucket_bytes : 0;
   if (in.layout.data > 1 && !in.layout.dp_overlap) {
     fix =
         "overlap the gradient all-reduce with backward: set spec.parallelism.dp_overlap to true "
         "(the default), so each bucket is summed while the earlier blocks' backward runs";
-  } else if (in.layout.data > 1 && buckets > kManyBuckets) {
+  } else if (in.layout.data > 1 && dp_bytes > 0 && buckets > kManyBuckets) {
     AddEvidence(&f, "dp_buckets_per_step", buckets, "spec.parallelism.dp_bucket_mb");
     fix = absl::StrFormat(
         "larger gradient buckets: %.0f all-reduces of %.3g MiB per step each pay their latency; "
-        "set spec.parallelism.dp_bucket_mb to 25 (the default)",
-        buckets, in.layout.dp_bucket_mb);
-  } else if (in.layout.data > 1 && ov < 0.5 && buckets < kFewBuckets) {
+        "set spec.parallelism.dp_bucket_mb to %s",
+        buckets, in.layout.dp_bucket_mb, AdvisedBucketMb(dp_bytes));
+  } else if (in.layout.data > 1 && dp_bytes > 0 && ov < 0.5 && buckets < kFewBuckets) {
+    AddEvidence(&f, "dp_buckets_per_step", buckets, "spec.parallelism.dp_bucket_mb");
     fix = absl::StrFormat(
-        "smaller gradient buckets so the first all-reduce starts earlier in backward: set "
-        "spec.parallelism.dp_bucket_mb below its %.3g MiB",
-        in.layout.dp_bucket_mb);
+        "smaller gradient buckets so the first all-reduce starts earlier in backward: %.3g MiB "
+        "of gradients per step fill %.3g bucket(s) of %.3g MiB; set "
+        "spec.parallelism.dp_bucket_mb to %s",
+        static_cast<double>(dp_bytes) / 1048576.0, buckets, in.layout.dp_bucket_mb,
+        AdvisedBucketMb(dp_bytes));
   } else if (in.layout.data > 1) {
     fix =
         "less data-parallel traffic: fewer data-parallel replicas with more micro-batches "

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "server/doctor/finding_tracker.h"
 #include "server/doctor/rules.h"
@@ -326,6 +327,49 @@ TEST(DoctorRulesTest, StragglerKeepThresholdIsLowerThanRaise) {
   EXPECT_TRUE(Find(Diagnose(in), v1::STRAGGLER).has_value());
 }
 
+// A job that takes a bucket fix is not told to undo it: from buckets far too small and from
+// buckets far too large, for gradients from 1 MiB to 6 GiB a step, the advised size gives a
+// window whose fix (if the wait stays) no longer names dp_bucket_mb. Before, 0.01 MiB buckets
+// were told "25 (the default)", and a small model at 25 MiB was then told "smaller".
+TEST(DoctorRulesTest, ExposedCommunicationBucketAdviceNeverSwingsBack) {
+  for (const uint64_t dp_bytes :
+       {uint64_t{1} << 20, uint64_t{4} << 20, uint64_t{500} << 20, uint64_t{6} << 30}) {
+    TelemetryWindow w;
+    for (int step = 1; step <= 10; ++step) {
+      for (int rank = 0; rank < 2; ++rank) {
+        StepFigures f;
+        f.comm_exposed = 0.03;  // 30 % of the step: raised whatever the bucket size
+        f.overlap = 0.1;
+        f.dp_bytes = dp_bytes;
+        w.Add(Report(rank, step, f));
+      }
+    }
+    const double mib = static_cast<double>(dp_bytes) / 1048576.0;
+    for (const double start_mb : {mib / 1000, mib}) {
+      SCOPED_TRACE(absl::StrCat(mib, " MiB of gradients in buckets of ", start_mb, " MiB"));
+      DoctorInput in;
+      in.layout.data = 2;
+      in.layout.dp_bucket_mb = start_mb;
+      in.window = &w;
+      const std::optional<v1::Finding> first = Find(Diagnose(in), v1::EXPOSED_COMMUNICATION);
+      ASSERT_TRUE(first.has_value());
+      const std::string key = "set spec.parallelism.dp_bucket_mb to ";
+      const size_t at = first->fix().find(key);
+      ASSERT_NE(at, std::string::npos) << first->fix();
+      const double advised = std::stod(first->fix().substr(at + key.size()));
+      EXPECT_GT(advised, 0);
+      EXPECT_LE(advised, 1024);
+      // Larger from too small, smaller from too large.
+      EXPECT_EQ(advised > start_mb, start_mb < mib / 64) << first->fix();
+      in.layout.dp_bucket_mb = advised;
+      const std::optional<v1::Finding> next = Find(Diagnose(in), v1::EXPOSED_COMMUNICATION);
+      ASSERT_TRUE(next.has_value());  // the wait is the same in this window
+      EXPECT_EQ(next->fix().find("dp_bucket_mb"), std::string::npos) << next->fix();
+      EXPECT_NE(next->fix().find("less data-parallel traffic"), std::string::npos) << next->fix();
+    }
+  }
+}
+
 TEST(DoctorRulesTest, ExposedCommunicationWithItsFix) {
   TelemetryWindow w;
   for (int step = 1; step <= 10; ++step) {
@@ -343,8 +387,10 @@ TEST(DoctorRulesTest, ExposedCommunicationWithItsFix) {
   const std::optional<v1::Finding> f = Find(Diagnose(in), v1::EXPOSED_COMMUNICATION);
   ASSERT_TRUE(f.has_value());
   EXPECT_EQ(f->subject(), "job");
-  // Overlap on, 25 MiB buckets (one per step here), little overlap: start earlier.
-  EXPECT_NE(f->fix().find("set spec.parallelism.dp_bucket_mb below its 25 MiB"), std::string::npos)
+  // Overlap on, 25 MiB buckets (one per step here), little overlap: start earlier, with the
+  // 4 MiB of gradients in 16 buckets.
+  EXPECT_NE(f->fix().find("set spec.parallelism.dp_bucket_mb to 0.25 (16 all-reduces per step)"),
+            std::string::npos)
       << f->fix();
   EXPECT_NEAR(f->predicted_gain(), 0.03 / 0.096, 0.01);
 
@@ -361,7 +407,7 @@ TEST(DoctorRulesTest, ExposedCommunicationWithItsFix) {
   g = Find(Diagnose(in), v1::EXPOSED_COMMUNICATION);
   ASSERT_TRUE(g.has_value());
   EXPECT_NE(g->fix().find("400 all-reduces of 0.01 MiB per step"), std::string::npos) << g->fix();
-  EXPECT_NE(g->fix().find("set spec.parallelism.dp_bucket_mb to 25"), std::string::npos)
+  EXPECT_NE(g->fix().find("set spec.parallelism.dp_bucket_mb to 0.25 "), std::string::npos)
       << g->fix();
   in.layout.dp_bucket_mb = 25;
 
