@@ -318,13 +318,14 @@ void Stragglers(const DoctorInput& in, const std::vector<RankFigures>& ranks, Di
 // less traffic.
 constexpr double kManyBuckets = 64;
 constexpr double kFewBuckets = 4;
-// The bucket size both bucket fixes advise: a step's gradients in kAdvisedBuckets all-reduces, a
-// factor of four inside either end of the band. A job that takes the advice lands inside the
-// band, so neither bucket fix can be raised for it next: the advice never swings from larger to
-// smaller buckets and back. Clamped to what the spec validator accepts ((0, 1024] MiB), which
-// keeps that promise for 16 KiB to 64 GiB of gradients per step. Four significant digits, so
-// that 1024 is written "1024", not "1.02e+03".
-constexpr double kAdvisedBuckets = 16;
+// The bucket size both bucket fixes advise: a step's gradients in kAdvisedBuckets all-reduces.
+// Inside the band (twice its lower end), so a job that takes the advice is not told to undo it:
+// the advice never swings from larger to smaller buckets and back. At its lower end, because
+// each bucket pays a latency and the band's lower end is where the rule itself holds the
+// overlap to be enough. Clamped to what the spec validator accepts ((0, 1024] MiB), which keeps
+// the promise for 8 KiB to 64 GiB of gradients per step. Four significant digits, so that 1024
+// is written "1024", not "1.02e+03".
+constexpr double kAdvisedBuckets = 8;
 std::string AdvisedBucketMb(uint64_t dp_bytes) {
   const double mb = static_cast<double>(dp_bytes) / kAdvisedBuckets / 1048576.0;
   return absl::StrFormat("%.4g (%.0f all-reduces per step)", std::clamp(mb, 0.001, 1024.0),

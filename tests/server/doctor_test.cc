@@ -388,8 +388,8 @@ TEST(DoctorRulesTest, ExposedCommunicationWithItsFix) {
   ASSERT_TRUE(f.has_value());
   EXPECT_EQ(f->subject(), "job");
   // Overlap on, 25 MiB buckets (one per step here), little overlap: start earlier, with the
-  // 4 MiB of gradients in 16 buckets.
-  EXPECT_NE(f->fix().find("set spec.parallelism.dp_bucket_mb to 0.25 (16 all-reduces per step)"),
+  // 4 MiB of gradients in 8 buckets.
+  EXPECT_NE(f->fix().find("set spec.parallelism.dp_bucket_mb to 0.5 (8 all-reduces per step)"),
             std::string::npos)
       << f->fix();
   EXPECT_NEAR(f->predicted_gain(), 0.03 / 0.096, 0.01);
@@ -407,7 +407,7 @@ TEST(DoctorRulesTest, ExposedCommunicationWithItsFix) {
   g = Find(Diagnose(in), v1::EXPOSED_COMMUNICATION);
   ASSERT_TRUE(g.has_value());
   EXPECT_NE(g->fix().find("400 all-reduces of 0.01 MiB per step"), std::string::npos) << g->fix();
-  EXPECT_NE(g->fix().find("set spec.parallelism.dp_bucket_mb to 0.25 "), std::string::npos)
+  EXPECT_NE(g->fix().find("set spec.parallelism.dp_bucket_mb to 0.5 "), std::string::npos)
       << g->fix();
   in.layout.dp_bucket_mb = 25;
 
