@@ -11,8 +11,17 @@
 #
 # Rows (each a median over the rounds):
 #   start       one `loomctl --help` (process start alone)       | `sbatch --help`
-#   submit      one `loomctl submit` on a quiet machine           | `sbatch --hold --wrap=true`
-#   storm       LOOPS shell loops x PER_LOOP CLI submits at once  | the same with sbatch --hold
+#   submit      one `loomctl submit` on a quiet machine, the job held: the worker is stopped, so
+#               the jobs only queue (the first 8 are placed on it and wait), as Slurm's held jobs
+#               do                                                | `sbatch --hold --wrap=true`
+#   storm       LOOPS shell loops x PER_LOOP CLI submits at once, held as above
+#                                                                 | the same with sbatch --hold
+#   storm-run   Loom only: the storm with the worker running, so the jobs run (1 device each,
+#               8 at a time) while the storm goes on
+#   submit-tls, storm-tls   Loom only: submit and storm (held) against a loomd that serves TLS
+#               and checks a bearer token on every call (scripts/dev-certs.sh), Loom's secure
+#               configuration. Slurm's column repeats its submit and storm figures there: its
+#               every call carries its default authentication (munge)
 #   turnaround  JOBS trivial 8-device jobs, all queued first (Loom: while the worker is stopped;
 #               Slurm: held), then released: wall time per job from the release until the last
 #               ends (each job takes every device, so they run one after the other) | the same
@@ -127,17 +136,29 @@ have_slurm=0
 if command -v sbatch >/dev/null 2>&1 && sinfo -h >/dev/null 2>&1; then have_slurm=1; fi
 
 # ---- Loom ------------------------------------------------------------------------------------
-# Starts loomd and one 8-device worker from build dir $1 under $tmp/$2; sets server=HOST:PORT.
+# Starts loomd and one 8-device worker from build dir $1 under $tmp/$2; sets server=HOST:PORT
+# and client_flags (what loomctl needs besides --server). With $3 = tls, loomd serves TLS with
+# the development certificates and checks bearer tokens; the worker and loomctl use them.
 start_loom() {
-  local b=$1 dir=$tmp/$2
+  local b=$1 dir=$tmp/$2 mode=${3:-plain}
+  local daemon_flags=(--insecure) worker_flags=(--insecure)
+  client_flags=()
+  if [ "$mode" = tls ]; then
+    [ -f "$tmp/certs/ca.pem" ] || bash scripts/dev-certs.sh "$tmp/certs" >/dev/null
+    daemon_flags=(--tls-cert="$tmp/certs/loomd.pem" --tls-key="$tmp/certs/loomd.key"
+      --tokens-file="$tmp/certs/tokens")
+    worker_flags=(--tls-ca="$tmp/certs/ca.pem" --join-token-file="$tmp/certs/node.token")
+    client_flags=(--tls-ca="$tmp/certs/ca.pem" --token-file="$tmp/certs/user.token")
+  fi
   mkdir -p "$dir"
   "$b/loomd" --listen=127.0.0.1:0 --metrics-listen=127.0.0.1:0 --state-dir="$dir/state" \
-    --ready-file="$dir/loomd.ready" --insecure >"$dir/loomd.log" 2>&1 &
+    --ready-file="$dir/loomd.ready" "${daemon_flags[@]}" >"$dir/loomd.log" 2>&1 &
   pids+=($!)
   for _ in $(seq 1 100); do [ -s "$dir/loomd.ready" ] && break; sleep 0.05; done
   server=$(sed -n 's/.*"grpc":"\([^"]*\)".*/\1/p' "$dir/loomd.ready")
-  "$b/loom-worker" --coordinator="$server" --insecure --cpu-devices=8 --work-dir="$dir/work" \
-    --rank-program=/bin/true --name=bench-node --ready-file="$dir/worker.ready" \
+  "$b/loom-worker" --coordinator="$server" "${worker_flags[@]}" --cpu-devices=8 \
+    --work-dir="$dir/work" --rank-program=/bin/true --name=bench-node \
+    --ready-file="$dir/worker.ready" \
     ${rank_user:+--rank-user="$rank_user"} >"$dir/worker.log" 2>&1 &
   worker_pid=$!
   pids+=($!)
@@ -260,11 +281,25 @@ for round in $(seq 1 "$rounds"); do
         [ "$system" = base ] && b=$base_bin
         start_loom "$b" "$system-$round"
         spec 1 >"$tmp/spec1.yaml"
+        submit=("$b/loomctl" --server="$server" submit -f "$tmp/spec1.yaml")
         record "$system" start "$(per_call_ms "$b/loomctl" --help)"
-        record "$system" submit "$(per_call_ms "$b/loomctl" --server="$server" submit -f "$tmp/spec1.yaml")"
-        # Submits of one device into an 8-device worker: most queue behind each other; the
-        # rank program exits at once, so the queue drains as the storm goes on.
-        record "$system" storm "$(storm_rate "$b/loomctl" --server="$server" submit -f "$tmp/spec1.yaml")"
+        # Submits of one device into an 8-device worker: with the worker running, most queue
+        # behind each other and the rank program exits at once, so the queue drains as the
+        # storm goes on. That is measured first; then the worker is stopped (held jobs).
+        record "$system" storm-run "$(storm_rate "${submit[@]}")"
+        kill -STOP "$worker_pid"
+        record "$system" submit "$(per_call_ms "${submit[@]}")"
+        record "$system" storm "$(storm_rate "${submit[@]}")"
+        kill -CONT "$worker_pid"
+        stop_loom
+        start_loom "$b" "$system-$round-tls" tls
+        kill -STOP "$worker_pid"
+        submit=("$b/loomctl" --server="$server" "${client_flags[@]}" submit -f "$tmp/spec1.yaml")
+        # A failing call would be fast: check once that the secure configuration answers.
+        "${submit[@]}" >/dev/null
+        record "$system" submit-tls "$(per_call_ms "${submit[@]}")"
+        record "$system" storm-tls "$(storm_rate "${submit[@]}")"
+        kill -CONT "$worker_pid"
         stop_loom
         start_loom "$b" "$system-$round-turnaround"
         record "$system" turnaround "$(loom_turnaround_ms "$b")"
@@ -291,13 +326,17 @@ printf '%-12s %-8s' row unit
 for system in "${systems[@]}"; do printf ' %-10s' "$system"; done
 [ "${#systems[@]}" -gt 1 ] && for system in "${systems[@]:1}"; do printf ' %-12s' "loom/$system"; done
 echo
-for row in start submit storm turnaround gap placed; do
+for row in start submit submit-tls storm storm-tls storm-run turnaround gap placed; do
   unit=ms
-  [ "$row" = storm ] && unit=jobs/s
+  [[ "$row" = storm* ]] && unit=jobs/s
   printf '%-12s %-8s' "$row" "$unit"
   declare -A med=()
   for system in "${systems[@]}"; do
-    med[$system]=$(printf '%s' "${results["$system $row"]:-}" | median)
+    values=${results["$system $row"]:-}
+    # Slurm has no TLS rows: its every call carries munge authentication, so its plain
+    # submit/storm figure stands beside Loom's secure one.
+    [ "$system" = slurm ] && [[ "$row" = *-tls ]] && values=${results["slurm ${row%-tls}"]:-}
+    med[$system]=$(printf '%s' "$values" | median)
     printf ' %-10s' "${med[$system]}"
   done
   if [ "${#systems[@]}" -gt 1 ]; then
@@ -305,12 +344,13 @@ for row in start submit storm turnaround gap placed; do
       # The ratio says how many times better Loom is: rate / rate, or time / time inverted.
       if [ "${med[$system]}" = nan ] || [ "${med[loom]}" = nan ]; then
         ratio=-
-      elif [ "$row" = storm ]; then
+      elif [[ "$row" = storm* ]]; then
         ratio=$(echo "scale=2; ${med[loom]} / ${med[$system]}" | bc)
       else
         ratio=$(echo "scale=2; ${med[$system]} / ${med[loom]}" | bc)
       fi
-      printf ' %-12s' "${ratio}x"
+      [ "$ratio" = - ] || ratio=${ratio}x
+      printf ' %-12s' "$ratio"
     done
   fi
   echo
