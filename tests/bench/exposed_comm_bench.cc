@@ -119,6 +119,15 @@ int main(int argc, char** argv) {
   advised = advised.substr(0, advised.find_first_of(" ;"));
   const std::string fixed = run("buckets-fixed", advised, &fixed_job);
   if (fixed.empty()) return 1;
+  // What the doctor says about the fixed job, if it still waits: the advice must not swing back.
+  std::string after_finding;
+  for (const auto& e : fixed_job.events()) {
+    if (e.reason().find("doctor: raised EXPOSED_COMMUNICATION") != std::string::npos) {
+      after_finding = e.reason();
+    }
+  }
+  std::printf("finding after the fix: %s\n",
+              after_finding.empty() ? "(none)" : after_finding.c_str());
   const Figures before = RankZero(cluster, tiny), after = RankZero(cluster, fixed);
   std::printf("dp_bucket_mb 0.01: step %.4f s, exposed %.4f s (%.0f%%), %zu steps\n", before.step,
               before.exposed, 100 * before.exposed / std::max(1e-12, before.step), before.steps);
