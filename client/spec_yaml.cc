@@ -1,7 +1,6 @@
 #include "client/spec_yaml.h"
 
 #include <google/protobuf/descriptor.h>
-#include <google/protobuf/util/json_util.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -24,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "client/json_message.h"
 #include "client/yaml_json.h"
 #include "common/status_macros.h"
 
@@ -81,8 +81,9 @@ std::string KindOf(const YAML::Node& node) {
 
 bool IsWellKnownType(const Descriptor* d) { return d->file()->package() == "google.protobuf"; }
 
-// Walks a YAML tree alongside a message descriptor and produces the JSON that
-// JsonStringToMessage accepts, or the first error with its position.
+// Walks a YAML tree alongside a message descriptor and produces checked JSON (json_message.h:
+// every key a field, every value of its field's type and range), or the first error with its
+// position.
 class Converter {
  public:
   explicit Converter(absl::string_view source) : source_(source) {}
@@ -388,9 +389,9 @@ void Resolve(std::string* path, const std::filesystem::path& base_dir) {
 
 }  // namespace
 
-absl::StatusOr<loom::v1::JobSpec> JobSpecFromYaml(absl::string_view yaml,
-                                                  absl::string_view source_name,
-                                                  const std::filesystem::path& base_dir) {
+namespace internal {
+
+absl::StatusOr<nlohmann::json> JobSpecJson(absl::string_view yaml, absl::string_view source_name) {
   ASSIGN_OR_RETURN(YAML::Node root, ParseYamlDocument(yaml, source_name));
   if (root.IsNull()) {
     return absl::InvalidArgumentError(
@@ -401,15 +402,22 @@ absl::StatusOr<loom::v1::JobSpec> JobSpecFromYaml(absl::string_view yaml,
   Converter converter(source_name);
   ASSIGN_OR_RETURN(json tree,
                    converter.Message(root, loom::v1::JobSpec::descriptor(), "", root.Mark()));
-  loom::v1::JobSpec spec;
-  google::protobuf::util::JsonParseOptions options;
-  options.ignore_unknown_fields = false;
-  // dump() throws on a string that is not UTF-8: found first, with its path.
+  // Strings and keys that are not UTF-8 are found here, with their path: neither JSON nor the
+  // proto's string fields may hold them.
   RETURN_IF_ERROR(CheckUtf8(tree, "", source_name));
-  const auto status = google::protobuf::util::JsonStringToMessage(tree.dump(), &spec, options);
-  if (!status.ok()) {
+  return tree;
+}
+
+}  // namespace internal
+
+absl::StatusOr<loom::v1::JobSpec> JobSpecFromYaml(absl::string_view yaml,
+                                                  absl::string_view source_name,
+                                                  const std::filesystem::path& base_dir) {
+  ASSIGN_OR_RETURN(json tree, internal::JobSpecJson(yaml, source_name));
+  loom::v1::JobSpec spec;
+  if (absl::Status s = SetMessageFromCheckedJson(tree, &spec); !s.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(source_name, ": invalid job spec: ", status.ToString()));
+        absl::StrCat(source_name, ": invalid job spec: ", s.message()));
   }
   Resolve(spec.mutable_data()->mutable_path(), base_dir);
   Resolve(spec.mutable_data()->mutable_val_path(), base_dir);

@@ -1,8 +1,8 @@
 // The job spec as people write it: YAML whose keys are the proto's field names, in either the
 // JSON (lowerCamelCase) or the proto (snake_case) spelling. There is one schema, the proto:
 // the YAML tree is checked against the JobSpec descriptor (so that an unknown key or a wrong
-// type is reported with its key path and line), converted to JSON, and parsed by
-// google::protobuf::util::JsonStringToMessage.
+// type is reported with its key path and line), converted to checked JSON, and set into the
+// message by reflection (json_message.h), with the result protobuf's JSON parser would give.
 //
 // Typing: values of string fields (including `env` values) take the scalar's text as written,
 // so `env: {STEPS: 5}` and `name: 2024` work; numbers, booleans and enums must be what the field
@@ -13,6 +13,7 @@
 #pragma once
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -31,5 +32,13 @@ absl::StatusOr<loom::v1::JobSpec> JobSpecFromYaml(absl::string_view yaml,
 // Reads `path` ("-" reads standard input) and converts it; relative paths in the spec are
 // resolved against the file's directory (the working directory for standard input).
 absl::StatusOr<loom::v1::JobSpec> LoadJobSpecFile(const std::string& path);
+
+namespace internal {
+
+// The checked JSON that JobSpecFromYaml sets the JobSpec from (paths not yet resolved), or its
+// error. For tests that compare JobSpecFromYaml with protobuf's JSON parser on the same JSON.
+absl::StatusOr<nlohmann::json> JobSpecJson(absl::string_view yaml, absl::string_view source_name);
+
+}  // namespace internal
 
 }  // namespace loom::client

@@ -1,7 +1,13 @@
 // Fuzz target: loomctl's job spec reader (client/spec_yaml.cc and client/yaml_json.cc), YAML
 // text to JobSpec, and the YAML <-> JSON bridge. Contracts: never a crash and never an
 // exception out of these functions (yaml-cpp throws; yaml_json.h promises to catch);
-// JsonToYaml output reads back as the same JSON (yaml_json.h: "the output round-trips").
+// JsonToYaml output reads back as the same JSON (yaml_json.h: "the output round-trips");
+// JobSpecFromYaml, which sets the message by reflection (client/json_message.h), accepts what
+// protobuf's JSON parser accepts from the same checked JSON and gives the same message.
+#include <google/protobuf/util/field_comparator.h>
+#include <google/protobuf/util/json_util.h>
+#include <google/protobuf/util/message_differencer.h>
+
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -44,6 +50,39 @@ bool HasNoncharacter(const std::string& s) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   (void)loom::client::JobSpecFromYaml(text, "fuzz.yaml", "/base");
+
+  // The reflective setter against protobuf's JSON parser, the reference it replaced.
+  const absl::StatusOr<loom::v1::JobSpec> spec =
+      loom::client::JobSpecFromYaml(text, "fuzz.yaml", "");
+  const absl::StatusOr<nlohmann::json> checked =
+      loom::client::internal::JobSpecJson(text, "fuzz.yaml");
+  if (checked.ok()) {
+    loom::v1::JobSpec reference;
+    const auto parsed = google::protobuf::util::JsonStringToMessage(checked->dump(), &reference);
+    // JobSpecFromYaml resolves paths through mutable_data() and mutable_checkpoint(), which
+    // leaves both present.
+    reference.mutable_data();
+    reference.mutable_checkpoint();
+    google::protobuf::util::DefaultFieldComparator comparator;
+    comparator.set_treat_nan_as_equal(true);
+    google::protobuf::util::MessageDifferencer differencer;
+    differencer.set_field_comparator(&comparator);
+    const bool same =
+        parsed.ok() == spec.ok() && (!spec.ok() || differencer.Compare(*spec, reference));
+    if (!same) {
+      std::fprintf(stderr,
+                   "JobSpecFromYaml and JsonStringToMessage differ\n--- json ---\n%s\n"
+                   "--- JobSpecFromYaml ---\n%s\n--- JsonStringToMessage ---\n%s\n",
+                   checked->dump().c_str(),
+                   spec.ok() ? spec->DebugString().c_str() : spec.status().ToString().c_str(),
+                   parsed.ok() ? reference.DebugString().c_str() : parsed.ToString().c_str());
+      std::abort();
+    }
+  } else if (spec.ok()) {
+    std::fprintf(stderr, "JobSpecFromYaml accepted what JobSpecJson refused: %s\n",
+                 checked.status().ToString().c_str());
+    std::abort();
+  }
 
   absl::StatusOr<YAML::Node> node = loom::client::ParseYamlDocument(text, "fuzz.yaml");
   if (!node.ok()) return 0;
