@@ -29,14 +29,6 @@ std::string Join(const std::string& path, const std::string& key) {
   return path.empty() ? key : absl::StrCat(path, ".", key);
 }
 
-const FieldDescriptor* FieldNamed(const Descriptor* d, const std::string& key) {
-  if (const FieldDescriptor* f = d->FindFieldByName(key)) return f;
-  for (int i = 0; i < d->field_count(); ++i) {
-    if (d->field(i)->json_name() == key) return d->field(i);
-  }
-  return nullptr;
-}
-
 // The integer in `v` when it lies in [lo, hi]; false otherwise (not an integer, or outside).
 bool IntegerIn(const json& v, int64_t lo, int64_t hi, int64_t* out) {
   if (v.is_number_unsigned()) {
@@ -212,7 +204,7 @@ absl::Status SetMessage(const json& tree, Message* m, const std::string& path) {
   const Reflection* r = m->GetReflection();
   for (const auto& [key, value] : tree.items()) {
     const std::string key_path = Join(path, key);
-    const FieldDescriptor* f = FieldNamed(d, key);
+    const FieldDescriptor* f = FieldByEitherName(d, key);
     if (f == nullptr) return Bad(key_path, absl::StrCat("no such field in ", d->full_name()));
     if (f->containing_oneof() != nullptr && r->HasOneof(*m, f->containing_oneof())) {
       return Bad(key_path, absl::StrCat("another field of the oneof '",
@@ -246,6 +238,14 @@ absl::Status SetMessage(const json& tree, Message* m, const std::string& path) {
 }
 
 }  // namespace
+
+const FieldDescriptor* FieldByEitherName(const Descriptor* d, const std::string& key) {
+  if (const FieldDescriptor* f = d->FindFieldByName(key)) return f;
+  for (int i = 0; i < d->field_count(); ++i) {
+    if (d->field(i)->json_name() == key) return d->field(i);
+  }
+  return nullptr;
+}
 
 absl::Status SetMessageFromCheckedJson(const json& tree, Message* message) {
   return SetMessage(tree, message, "");

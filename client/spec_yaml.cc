@@ -54,14 +54,6 @@ size_t EditDistance(absl::string_view a, absl::string_view b) {
   return row[b.size()];
 }
 
-const FieldDescriptor* FindField(const Descriptor* d, const std::string& key) {
-  if (const FieldDescriptor* f = d->FindFieldByName(key)) return f;
-  for (int i = 0; i < d->field_count(); ++i) {
-    if (d->field(i)->json_name() == key) return d->field(i);
-  }
-  return nullptr;
-}
-
 std::string Join(absl::string_view path, absl::string_view key) {
   return path.empty() ? std::string(key) : absl::StrCat(path, ".", key);
 }
@@ -118,7 +110,7 @@ class Converter {
       }
       const std::string key = key_node.Scalar();
       const std::string key_path = Join(path, key);
-      const FieldDescriptor* field = FindField(d, key);
+      const FieldDescriptor* field = FieldByEitherName(d, key);
       if (field == nullptr) return UnknownKey(key_mark, d, path, key);
       auto [prev, inserted] = seen_line_by_field.emplace(field->number(), key_mark.line + 1);
       if (!inserted) {

@@ -83,8 +83,9 @@ tmp=$(mktemp -d -t loom-cpbench-XXXXXX)
 rank_user=
 [ "$(id -u)" = 0 ] && rank_user=root
 pids=()
+# A stopped worker (the held rows) ends only once continued: SIGTERM waits for SIGCONT.
 cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null && kill -CONT "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   [ -n "${LOOM_BENCH_KEEP:-}" ] && echo "kept $tmp" >&2 || rm -rf "$tmp"
 }
@@ -166,7 +167,7 @@ start_loom() {
 }
 
 stop_loom() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null && kill -CONT "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   pids=()
 }

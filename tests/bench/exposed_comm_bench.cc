@@ -102,12 +102,17 @@ int main(int argc, char** argv) {
   loom::v1::Job tiny_job, fixed_job;
   const std::string tiny = run("buckets-tiny", "0.01", &tiny_job);
   if (tiny.empty()) return 1;
-  std::string finding;
-  for (const auto& e : tiny_job.events()) {
-    if (e.reason().find("doctor: raised EXPOSED_COMMUNICATION") != std::string::npos) {
-      finding = e.reason();
+  // The last EXPOSED_COMMUNICATION finding among a job's events, or "".
+  auto last_finding = [](const loom::v1::Job& job) {
+    std::string found;
+    for (const auto& e : job.events()) {
+      if (e.reason().find("doctor: raised EXPOSED_COMMUNICATION") != std::string::npos) {
+        found = e.reason();
+      }
     }
-  }
+    return found;
+  };
+  const std::string finding = last_finding(tiny_job);
   std::printf("finding: %s\n", finding.empty() ? "(none)" : finding.c_str());
   const std::string key = "set spec.parallelism.dp_bucket_mb to ";
   const size_t at = finding.find(key);
@@ -120,12 +125,7 @@ int main(int argc, char** argv) {
   const std::string fixed = run("buckets-fixed", advised, &fixed_job);
   if (fixed.empty()) return 1;
   // What the doctor says about the fixed job, if it still waits: the advice must not swing back.
-  std::string after_finding;
-  for (const auto& e : fixed_job.events()) {
-    if (e.reason().find("doctor: raised EXPOSED_COMMUNICATION") != std::string::npos) {
-      after_finding = e.reason();
-    }
-  }
+  const std::string after_finding = last_finding(fixed_job);
   std::printf("finding after the fix: %s\n",
               after_finding.empty() ? "(none)" : after_finding.c_str());
   const Figures before = RankZero(cluster, tiny), after = RankZero(cluster, fixed);

@@ -3,14 +3,14 @@
 #include "client/spec_yaml.h"
 
 #include <gmock/gmock.h>
-#include <google/protobuf/util/field_comparator.h>
-#include <google/protobuf/util/json_util.h>
 #include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
+
+#include "tests/support/spec_json_reference.h"
 
 namespace loom::client {
 namespace {
@@ -278,20 +278,12 @@ TEST(SpecYamlTest, ReflectionGivesWhatProtobufsJsonParserGives) {
     ASSERT_TRUE(spec.ok()) << spec.status();
     const absl::StatusOr<nlohmann::json> checked = internal::JobSpecJson(text, "job.yaml");
     ASSERT_TRUE(checked.ok()) << checked.status();
-    loom::v1::JobSpec reference;
-    const auto parsed = google::protobuf::util::JsonStringToMessage(checked->dump(), &reference);
-    ASSERT_TRUE(parsed.ok()) << parsed.ToString();
-    // JobSpecFromYaml resolves paths through mutable_data() and mutable_checkpoint(), which
-    // leaves both present (as it always did).
-    reference.mutable_data();
-    reference.mutable_checkpoint();
-    google::protobuf::util::DefaultFieldComparator comparator;
-    comparator.set_treat_nan_as_equal(true);
-    google::protobuf::util::MessageDifferencer differencer;
-    differencer.set_field_comparator(&comparator);
-    EXPECT_TRUE(differencer.Compare(*spec, reference))
+    const absl::StatusOr<loom::v1::JobSpec> reference =
+        loom::testing::JobSpecByProtobufJsonParser(*checked);
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    EXPECT_TRUE(loom::testing::SameSpec(*spec, *reference))
         << spec->DebugString() << "\n--- protobuf's JSON parser ---\n"
-        << reference.DebugString();
+        << reference->DebugString();
   }
 }
 

@@ -4,10 +4,6 @@
 // JsonToYaml output reads back as the same JSON (yaml_json.h: "the output round-trips");
 // JobSpecFromYaml, which sets the message by reflection (client/json_message.h), accepts what
 // protobuf's JSON parser accepts from the same checked JSON and gives the same message.
-#include <google/protobuf/util/field_comparator.h>
-#include <google/protobuf/util/json_util.h>
-#include <google/protobuf/util/message_differencer.h>
-
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -17,6 +13,7 @@
 
 #include "client/spec_yaml.h"
 #include "client/yaml_json.h"
+#include "tests/support/spec_json_reference.h"
 
 namespace {
 
@@ -57,25 +54,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const absl::StatusOr<nlohmann::json> checked =
       loom::client::internal::JobSpecJson(text, "fuzz.yaml");
   if (checked.ok()) {
-    loom::v1::JobSpec reference;
-    const auto parsed = google::protobuf::util::JsonStringToMessage(checked->dump(), &reference);
-    // JobSpecFromYaml resolves paths through mutable_data() and mutable_checkpoint(), which
-    // leaves both present.
-    reference.mutable_data();
-    reference.mutable_checkpoint();
-    google::protobuf::util::DefaultFieldComparator comparator;
-    comparator.set_treat_nan_as_equal(true);
-    google::protobuf::util::MessageDifferencer differencer;
-    differencer.set_field_comparator(&comparator);
+    const absl::StatusOr<loom::v1::JobSpec> reference =
+        loom::testing::JobSpecByProtobufJsonParser(*checked);
     const bool same =
-        parsed.ok() == spec.ok() && (!spec.ok() || differencer.Compare(*spec, reference));
+        reference.ok() == spec.ok() && (!spec.ok() || loom::testing::SameSpec(*spec, *reference));
     if (!same) {
       std::fprintf(stderr,
                    "JobSpecFromYaml and JsonStringToMessage differ\n--- json ---\n%s\n"
                    "--- JobSpecFromYaml ---\n%s\n--- JsonStringToMessage ---\n%s\n",
                    checked->dump().c_str(),
                    spec.ok() ? spec->DebugString().c_str() : spec.status().ToString().c_str(),
-                   parsed.ok() ? reference.DebugString().c_str() : parsed.ToString().c_str());
+                   reference.ok() ? reference->DebugString().c_str()
+                                  : reference.status().ToString().c_str());
       std::abort();
     }
   } else if (spec.ok()) {
