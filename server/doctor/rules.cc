@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -145,6 +147,35 @@ std::optional<MeasuredCosts> MeasuredBlockCosts(const TelemetryWindow& w, int la
   return c;
 }
 
+// A CPU node whose cores this job's ranks keep full: more ranks than cores, and their busy time
+// (which counts the time a runnable rank waits for a core) at least core_bound_load x cores x
+// step. The most loaded such node, or nullopt.
+struct CoreBound {
+  std::string node;
+  int cores = 0, ranks = 0;
+  double load = 0;  // the ranks' busy time / (cores x step)
+};
+
+std::optional<CoreBound> CoreBoundNode(const DoctorInput& in, const std::vector<RankFigures>& ranks,
+                                       double step) {
+  std::optional<CoreBound> worst;
+  if (step <= 0) return worst;
+  for (const auto& [node, cores] : in.node_cpu_cores) {
+    if (cores <= 0) continue;
+    CoreBound b{node, cores, 0, 0};
+    for (const auto& [rank, rank_node] : in.rank_nodes) b.ranks += rank_node == node ? 1 : 0;
+    double busy = 0;
+    for (const RankFigures& r : ranks) {
+      auto it = in.rank_nodes.find(r.rank);
+      if (it != in.rank_nodes.end() && it->second == node && r.steps >= kMinSteps) busy += r.busy;
+    }
+    b.load = busy / (cores * step);
+    if (b.ranks <= cores || b.load < in.thresholds.core_bound_load) continue;
+    if (!worst || b.load > worst->load) worst = b;
+  }
+  return worst;
+}
+
 void StageImbalance(const DoctorInput& in, const std::vector<RankFigures>& ranks, double step,
                     Diagnosis* out) {
   const LayoutInfo& l = in.layout;
@@ -200,6 +231,26 @@ void StageImbalance(const DoctorInput& in, const std::vector<RankFigures>& ranks
                 "loom_rank_idle_ratio");
   }
   AddEvidence(&f, "step_seconds", step, "loom_job_step_seconds");
+
+  // Moving blocks leaves the job's total work as it is. Where the cores of a node are full for
+  // the whole step, that total work sets the step, and a re-split would only cost a restart:
+  // measured on 2 cores, data 2 x pipeline 4 re-split [2,2,2,2] -> [2,2,3,1] was predicted
+  // -7 % and measured +5.9 % (docs/benchmarks.md). The waiting stages' idle time is then time
+  // spent waiting for a core as much as for the bottleneck.
+  if (const std::optional<CoreBound> bound = CoreBoundNode(in, ranks, step); bound) {
+    AddEvidence(&f, absl::StrCat(bound->node, " cpu_cores"), bound->cores, "Node.cpu_cores");
+    AddEvidence(&f, absl::StrCat(bound->node, " ranks"), bound->ranks, "Job.placements");
+    AddEvidence(&f, absl::StrCat(bound->node, " busy_per_core_step"), bound->load,
+                "StepReport.phase_seconds{data,forward,backward,optimizer}");
+    f.set_fix(absl::StrFormat(
+        "no re-split proposed: %d ranks of this job share the %d cores of %s and keep them busy "
+        "(their busy time is %.2fx cores x step), so the node's total work sets the step and "
+        "moving blocks does not shrink it; run at most %d CPU devices of this job per node "
+        "(resources.cpu_devices, or more nodes) for the stages to overlap",
+        bound->ranks, bound->cores, bound->node, bound->load, bound->cores));
+    out->findings.push_back(std::move(f));
+    return;
+  }
 
   // The fix: the planner's exact partitioner fed with the measured per-block costs.
   const std::optional<MeasuredCosts> costs = MeasuredBlockCosts(*in.window, l.layers);

@@ -27,6 +27,10 @@ struct Thresholds {
   double imbalance_raise = 1.10, imbalance_keep = 1.05;
   // ... and the measured re-split must be predicted to save at least this fraction of the step.
   double imbalance_min_gain = 0.03;
+  // ... and no re-split is proposed on a CPU node running more of the job's ranks than it has
+  // cores whose ranks' busy time is at least this many times cores x step: the cores are full
+  // for the whole step, so the node's total work, not the slowest stage, sets the step.
+  double core_bound_load = 1.0;
   // STRAGGLER: own busy time / the median of its dp peers at the same (stage, tp) position,
   // and the gap must exceed this many MADs of the peers' step-to-step spread.
   double straggler_raise = 1.25, straggler_keep = 1.12;
@@ -78,6 +82,9 @@ struct DoctorInput {
   LayoutInfo layout;
   const TelemetryWindow* window = nullptr;  // required
   std::map<int, std::string> rank_nodes;    // rank -> node name, where known
+  // A job on CPU devices: the cores of each node it runs on (Node.cpu_cores; absent or 0 when
+  // unknown). Empty for GPU jobs, whose ranks do not share a node's cores for their compute.
+  std::map<std::string, int> node_cpu_cores;
   std::optional<LayoutAdvice> layout_advice;
   uint64_t device_memory_bytes = 0;  // 0: headroom not judged
   std::vector<MicroBatchFit> micro_batch_fits;

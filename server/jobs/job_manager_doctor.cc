@@ -107,6 +107,10 @@ void JobManager::RunDoctorLocked(ActiveJob& active) {
   input.window = &active.doctor_window;
   for (const v1::Placement& p : active.job.placements()) {
     for (int rank : p.ranks()) input.rank_nodes[rank] = p.node();
+    const nodes::NodeEntry* node = nodes_.Find(p.node());
+    if (active.kind == v1::DEVICE_KIND_CPU && node != nullptr) {
+      input.node_cpu_cores[p.node()] = node->node.cpu_cores();
+    }
   }
   input.raised = active.doctor_state.RaisedKeys();
   if (!active.doctor_planned && active.doctor_window.newest_step() >= 0) {

@@ -75,6 +75,11 @@ absl::Status ValidateRegistration(const v1::RegisterNodeRequest& request,
       }
     }
   }
+  if (request.cpu_cores() < 0 || request.cpu_cores() > kMaxCpuCores) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cpu_cores must be between 0 (unknown) and ", kMaxCpuCores, " (got ",
+                     request.cpu_cores(), "); it counts the cores the worker's ranks run on"));
+  }
   if (request.hostname().size() > 255 || request.address().size() > 255 ||
       request.metrics_address().size() > 255) {
     return absl::InvalidArgumentError(
@@ -112,6 +117,7 @@ v1::Node NodeRegistry::Registered(const v1::RegisterNodeRequest& request, absl::
   *node.mutable_last_heartbeat() = ToProto(now);
   node.set_address(request.address());
   node.set_metrics_address(request.metrics_address());
+  node.set_cpu_cores(request.cpu_cores());
   // An operator's drain outlives the worker's restarts; the worker's own drain (it was
   // stopping) and an unhealthy mark (the restarted worker may have been fixed) do not.
   if (const NodeEntry* known = Find(node.name());

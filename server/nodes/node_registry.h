@@ -50,9 +50,12 @@ struct DeviceLimits {
   int max_cpu_devices = 1024;
 };
 
+// The most cores a node may report (RegisterNodeRequest.cpu_cores): far beyond any machine.
+inline constexpr int kMaxCpuCores = 65536;
+
 // Checks a RegisterNodeRequest: node_id [a-z0-9-]{1,63}, at least one device, at most `limits`
-// devices of each kind, device kinds set and indices unique and >= 0. INVALID_ARGUMENT naming
-// the field and the fix.
+// devices of each kind, device kinds set and indices unique and >= 0, cpu_cores in
+// 0..kMaxCpuCores. INVALID_ARGUMENT naming the field and the fix.
 absl::Status ValidateRegistration(const v1::RegisterNodeRequest& request,
                                   const DeviceLimits& limits = {});
 

@@ -134,8 +134,12 @@ int main(int argc, char** argv) {
     jobs[mode] = job;
     finished[mode] = *done;
   }
-  std::string resplit, verified;
+  std::string resplit, verified, finding;
   for (const auto& e : finished["auto"].events()) {
+    // The first raise: why there was (or was not) a split to apply.
+    if (finding.empty() && e.reason().find("doctor: raised STAGE_IMBALANCE") != std::string::npos) {
+      finding = e.reason();
+    }
     if (e.reason().find("doctor: rebalance 1 of") != std::string::npos) resplit = e.reason();
     if (e.reason().find("doctor: rebalance verified") != std::string::npos) verified = e.reason();
   }
@@ -143,6 +147,7 @@ int main(int argc, char** argv) {
       "layout: data %d x pipeline %d, %d micro-batches, %d blocks of C=%d, vocab %d, %d steps, "
       "1 thread per rank\n",
       a.data, a.stages, a.micro_batches, a.layers, a.hidden, a.vocab, a.steps);
+  std::printf("finding: %s\n", finding.empty() ? "(none)" : finding.c_str());
   std::printf("re-split: %s\nverified: %s\n", resplit.empty() ? "(none)" : resplit.c_str(),
               verified.empty() ? "(none)" : verified.c_str());
   // "step A s with [..] against B s with [..]"

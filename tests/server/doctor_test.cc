@@ -262,6 +262,73 @@ TEST(DoctorRulesTest, ImbalanceWithoutBlockSamplesStillNamesTheStage) {
   EXPECT_NE(f->fix().find("per-block samples"), std::string::npos);
 }
 
+// Issue 12's reference layout, data 2 x pipeline 4, 8 blocks split [2, 2, 2, 2], with a head
+// worth 5.6 blocks; all 8 ranks on nodes/n1. Busy per stage 0.21, 0.2, 0.2, 0.76 s of a 0.81 s
+// step: the ranks' busy time is 2.74 s per step.
+PipelineCase ReferencePipeline() {
+  PipelineCase c;
+  c.layout.data = 2;
+  c.layout.pipeline = 4;
+  c.layout.layers = 8;
+  c.layout.num_micro_batches = 4;
+  const double block = 0.1, embedding = 0.01, head = 0.56, step_seconds = 0.81;
+  for (int step = 1; step <= 20; ++step) {
+    for (int rank = 0; rank < 8; ++rank) {
+      const int stage = rank / 2;  // rank = dp + 2 * stage
+      StepFigures f;
+      const double busy = 2 * block + (stage == 0 ? embedding : 0) + (stage == 3 ? head : 0);
+      f.forward = busy / 3;
+      f.backward = 2 * busy / 3;
+      f.optimizer = f.data = 0;
+      f.bubble = step_seconds - busy;
+      v1::StepReport r = Report(rank, step, f);
+      if (step % 4 == 0) AddBlocks(&r, 2 * stage, 2, 8, block, embedding, head);
+      c.window.Add(r);
+    }
+  }
+  return c;
+}
+
+// CPU devices share their node's cores: where this job's ranks outnumber a node's cores and keep
+// them busy for the whole step, moving blocks cannot shorten the step (the node's total work
+// sets it), so no split is proposed and `auto` does not restart the job for nothing. Where the
+// cores are not full, or are enough, or are not known (a GPU job), the measured split stands.
+TEST(DoctorRulesTest, NoSplitWhereTheRanksKeepTheirNodesCoresFull) {
+  PipelineCase c = ReferencePipeline();
+  DoctorInput in;
+  in.layout = c.layout;
+  in.window = &c.window;
+  for (int rank = 0; rank < 8; ++rank) in.rank_nodes[rank] = "nodes/n1";
+
+  in.node_cpu_cores["nodes/n1"] = 2;  // 8 ranks, busy 2.74 s = 1.69 x 2 cores x 0.81 s
+  std::optional<v1::Finding> f = Find(Diagnose(in), v1::STAGE_IMBALANCE);
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->stage(), 3);
+  EXPECT_EQ(f->blocks_per_stage_size(), 0);
+  EXPECT_DOUBLE_EQ(f->predicted_gain(), 0.0);
+  EXPECT_NE(f->fix().find("no re-split proposed: 8 ranks of this job share the 2 cores of "
+                          "nodes/n1"),
+            std::string::npos)
+      << f->fix();
+  double load = 0;
+  for (const auto& e : f->evidence()) {
+    if (e.name() == "nodes/n1 busy_per_core_step") load = e.value();
+  }
+  EXPECT_NEAR(load, 2.74 / (2 * 0.81), 1e-6);
+
+  for (int cores : {4, 8, 0}) {  // not full (0.85x), enough cores, unknown
+    in.node_cpu_cores["nodes/n1"] = cores;
+    f = Find(Diagnose(in), v1::STAGE_IMBALANCE);
+    ASSERT_TRUE(f.has_value()) << cores;
+    EXPECT_EQ(f->blocks_per_stage_size(), 4) << cores << ": " << f->fix();
+    EXPECT_GT(f->predicted_gain(), 0.05) << cores;
+  }
+  in.node_cpu_cores.clear();  // a GPU job
+  f = Find(Diagnose(in), v1::STAGE_IMBALANCE);
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->blocks_per_stage_size(), 4);
+}
+
 // dp = 4, one stage: rank 2 computes `slow`x as long; the others wait for it in the all-reduce.
 TelemetryWindow DataParallel(double slow, double everyone, double jitter) {
   TelemetryWindow w;

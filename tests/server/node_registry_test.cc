@@ -30,6 +30,24 @@ TEST(NodeRegistryTest, RegistrationIsValidated) {
   v1::RegisterNodeRequest no_kind = CpuNode("n1", 1);
   no_kind.mutable_devices(0)->set_kind(v1::DEVICE_KIND_UNSPECIFIED);
   EXPECT_THAT(Message(ValidateRegistration(no_kind)), HasSubstr("devices[0].kind"));
+  v1::RegisterNodeRequest cores = CpuNode("n1", 8);
+  for (int ok : {0, 2, kMaxCpuCores}) {
+    cores.set_cpu_cores(ok);
+    EXPECT_TRUE(ValidateRegistration(cores).ok()) << ok;
+  }
+  for (int bad : {-1, kMaxCpuCores + 1}) {
+    cores.set_cpu_cores(bad);
+    EXPECT_THAT(Message(ValidateRegistration(cores)), HasSubstr("cpu_cores")) << bad;
+  }
+}
+
+TEST(NodeRegistryTest, TheNodeKeepsTheCoresItsWorkerReported) {
+  NodeRegistry registry;
+  const absl::Time now = absl::FromUnixSeconds(1000);
+  v1::RegisterNodeRequest request = CpuNode("a", 8);
+  request.set_cpu_cores(2);
+  EXPECT_EQ(registry.Registered(request, now).cpu_cores(), 2);
+  EXPECT_EQ(registry.Registered(CpuNode("b", 8), now).cpu_cores(), 0);  // an older worker
 }
 
 TEST(NodeRegistryTest, OnlyReadyNodesWithASessionAreSchedulable) {

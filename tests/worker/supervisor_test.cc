@@ -158,6 +158,19 @@ TEST_F(SupervisorTest, EnvironmentIsExactlyTheContract) {
   EXPECT_TRUE(std::filesystem::is_directory(job_dir + "/checkpoints"));
 }
 
+// A CPU rank computes with its device's share of the node's cores unless the job says otherwise.
+TEST_F(SupervisorTest, CpuRanksGetTheirShareOfTheCores) {
+  Supervisor& s = Start(R"(echo "$OMP_NUM_THREADS $OPENBLAS_NUM_THREADS" > "$LOOM_WORK_DIR/t")",
+                        absl::Seconds(2), "/bin/sh",
+                        [](SupervisorOptions& o) { o.cpu_threads_per_device = 3; });
+  s.Assign(Job("share", 1, 1));
+  ASSERT_TRUE(WaitExits("jobs/share", 1));
+  EXPECT_EQ(ReadFile(dir_ + "/jobs/share/t"), "3 3\n");
+  s.Assign(Job("chosen", 1, 1, {{"OPENBLAS_NUM_THREADS", "1"}}));
+  ASSERT_TRUE(WaitExits("jobs/chosen", 1));
+  EXPECT_EQ(ReadFile(dir_ + "/jobs/chosen/t"), "3 1\n");
+}
+
 TEST_F(SupervisorTest, StdoutBecomesLogsAndProgressBecomesSteps) {
   Supervisor& s = Start(R"(
     echo out1; echo out2; echo err1 >&2

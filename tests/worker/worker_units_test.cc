@@ -400,6 +400,26 @@ TEST(RankEnvironmentTest, InheritsOnlyListedNames) {
   EXPECT_EQ(env, expected);
 }
 
+TEST(RankEnvironmentTest, CpuDevicesShareTheNodesCores) {
+  EXPECT_EQ(CpuThreadsPerDevice(16, 1), 16);
+  EXPECT_EQ(CpuThreadsPerDevice(16, 2), 8);
+  EXPECT_EQ(CpuThreadsPerDevice(16, 3), 5);  // a core left over rather than one too many
+  EXPECT_EQ(CpuThreadsPerDevice(2, 8), 1);   // more devices than cores: one thread each
+  EXPECT_EQ(CpuThreadsPerDevice(0, 0), 1);
+  EXPECT_EQ(CpuThreadsPerDevice(-4, -1), 1);
+
+  std::map<std::string, std::string> env = {{"PATH", "/bin"}};
+  DefaultCpuThreads(4, &env);
+  const std::map<std::string, std::string> expected = {
+      {"OMP_NUM_THREADS", "4"}, {"OPENBLAS_NUM_THREADS", "4"}, {"PATH", "/bin"}};
+  EXPECT_EQ(env, expected);
+  // The job's env or the worker's own environment chose: theirs stays.
+  env = {{"OMP_NUM_THREADS", "1"}};
+  DefaultCpuThreads(4, &env);
+  EXPECT_EQ(env["OMP_NUM_THREADS"], "1");
+  EXPECT_EQ(env["OPENBLAS_NUM_THREADS"], "4");
+}
+
 TEST(NodeIdentityTest, SanitizesHostnames) {
   EXPECT_EQ(SanitizeNodeId("GPU-Node_01.Rack2"), "gpu-node-01-rack2");
   EXPECT_EQ(SanitizeNodeId("--x--"), "x");

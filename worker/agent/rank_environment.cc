@@ -1,5 +1,7 @@
 #include "worker/agent/rank_environment.h"
 
+#include <algorithm>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -51,6 +53,16 @@ std::map<std::string, std::string> BuildRankEnvironment(const loom::v1::Assignme
   env["LOOM_FENCE_FD"] = absl::StrCat(kFenceFd);
   env["LOOM_FENCE_TIMEOUT_MS"] = absl::StrCat(fence_timeout_ms);
   return env;
+}
+
+int CpuThreadsPerDevice(int cores, int cpu_devices) {
+  return std::max(1, std::max(1, cores) / std::max(1, cpu_devices));
+}
+
+void DefaultCpuThreads(int threads, std::map<std::string, std::string> *env) {
+  for (const char *name : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"}) {
+    env->try_emplace(name, absl::StrCat(std::max(1, threads)));
+  }
 }
 
 std::map<std::string, std::string>

@@ -40,6 +40,16 @@ std::map<std::string, std::string> BuildRankEnvironment(
     const loom::v1::Assignment& assignment, const loom::v1::RankAssignment& rank,
     const RankPaths& paths, int64_t fence_timeout_ms = kDefaultFenceTimeoutMs);
 
+// The threads a CPU device's rank computes with unless told otherwise: the cores the worker's
+// ranks run on, shared evenly among the node's CPU devices, and at least one (with more CPU
+// devices than cores the ranks time-share the cores). Left to themselves, OpenMP and OpenBLAS
+// start a thread per core in every rank: N ranks would run N times as many threads as cores.
+int CpuThreadsPerDevice(int cores, int cpu_devices);
+
+// Sets OMP_NUM_THREADS and OPENBLAS_NUM_THREADS to `threads` (>= 1) where `env` does not set
+// them already: the job's spec.env and the worker's own environment (an operator's choice) win.
+void DefaultCpuThreads(int threads, std::map<std::string, std::string>* env);
+
 // Selects from `environ_entries` ("NAME=value" strings) those whose name is listed in `inherit`
 // or matches a listed prefix written with a trailing '*' (e.g. "NCCL_*").
 std::map<std::string, std::string> InheritedEnvironment(

@@ -581,6 +581,10 @@ void Supervisor::LaunchJob(loom::v1::Assignment a) {
                                              absl::ToInt64Milliseconds(options_.fence_timeout))) {
       request.env[k] = v;
     }
+    if (rank->assignment.device_kind() == loom::v1::DEVICE_KIND_CPU &&
+        options_.cpu_threads_per_device > 0) {
+      DefaultCpuThreads(options_.cpu_threads_per_device, &request.env);
+    }
     request.cwd = paths.work_dir;
     request.switch_user = options_.rank_user.switch_user;
     request.uid = options_.rank_user.uid;

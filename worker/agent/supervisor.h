@@ -59,6 +59,9 @@ struct SupervisorOptions {
   absl::Duration stop_grace = absl::Seconds(10);
   // Variables every rank inherits below the contract's (see rank_environment.h).
   std::map<std::string, std::string> inherited_env;
+  // OMP_NUM_THREADS and OPENBLAS_NUM_THREADS of each CPU rank where neither spec.env nor
+  // inherited_env sets them (CpuThreadsPerDevice in rank_environment.h); 0 leaves them unset.
+  int cpu_threads_per_device = 0;
   // The node's devices: assignments naming any other device are refused.
   std::vector<loom::v1::Device> devices;
   // Where spec paths may point on this node (--data-roots, --checkpoint-roots; empty lists allow

@@ -13,10 +13,12 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -24,6 +26,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -61,6 +64,17 @@ void EnsureStdFds() {
   for (int fd = 0; fd < 3; ++fd) {
     if (::fcntl(fd, F_GETFD) < 0) ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
   }
+}
+
+// The cores this process (and so every rank it starts) may run on: its CPU affinity, which a
+// container's cpuset or `taskset` narrows; the machine's count when that cannot be read.
+int AffinityCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) {
+    return CPU_COUNT(&set);
+  }
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
 }  // namespace
@@ -281,8 +295,26 @@ int main(int argc, char** argv) {
   sup.inherited_env.emplace("OMP_WAIT_POLICY", "passive");
   // Ranks verify loomd's rendezvous port with the CA the worker trusts.
   if (!tls.ca.empty()) sup.inherited_env["LOOM_TLS_CA"] = tls.ca;
-  const std::map<std::string, std::string> supervisor_env(sup.inherited_env.begin(),
-                                                          sup.inherited_env.end());
+  // The node's cores are shared among its CPU devices, so N ranks never run N times as many
+  // threads as cores; the device measurement below computes with the same share.
+  const int cores = AffinityCores();
+  sup.cpu_threads_per_device = CpuThreadsPerDevice(cores, cpu_devices);
+  std::map<std::string, std::string> supervisor_env(sup.inherited_env.begin(),
+                                                    sup.inherited_env.end());
+  if (cpu_devices > 0) {
+    DefaultCpuThreads(sup.cpu_threads_per_device, &supervisor_env);
+    LOOM_LOG(INFO) << cpu_devices << " CPU device(s) on " << cores << " core(s): each CPU rank "
+                   << "computes with OMP_NUM_THREADS=" << supervisor_env["OMP_NUM_THREADS"]
+                   << " and OPENBLAS_NUM_THREADS=" << supervisor_env["OPENBLAS_NUM_THREADS"]
+                   << " unless its job's env says otherwise";
+    if (cpu_devices > cores) {
+      LOOM_LOG(WARNING) << "--cpu-devices=" << cpu_devices << " is more than the " << cores
+                        << " cores this worker runs on: the CPU ranks of a job that uses them "
+                           "all time-share the cores, so its step times measure the node, not "
+                           "the layout (use --cpu-devices="
+                        << cores << " or fewer for timings)";
+    }
+  }
   Supervisor supervisor(std::move(sup), &buffer);
   if (absl::Status st = supervisor.Start(); !st.ok()) {
     LOOM_LOG(ERROR) << st.message();
@@ -313,6 +345,7 @@ int main(int argc, char** argv) {
     *added = d;
     if (peaks.has_value() && d.kind() == v1::DEVICE_KIND_CPU) *added->mutable_peaks() = *peaks;
   }
+  reg.set_cpu_cores(cores);
   reg.set_address(grpc_address);
   reg.set_metrics_address(metrics_address);
   SessionCallbacks callbacks;
