@@ -369,6 +369,8 @@ class JobManager {
   absl::Status CheckSameRequest(const v1::CreateJobRequest& request, const v1::Job& existing);
 
   // Moves a SCHEDULED job whose every rank has started to RUNNING. Requires mu_.
+  // Whether `job` is active in a gang state (SCHEDULED or RUNNING), which holds its devices.
+  bool HoldsDevicesLocked(const std::string& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaybeMarkRunningLocked(ActiveJob& active) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   JobManager(store::JobStore* store, const Clock* clock, SpecValidator validator, LogStore* logs,

@@ -189,10 +189,16 @@ absl::Status JobManager::HandleWorkerMessage(std::string_view node_id, uint64_t 
       case v1::WorkerMessage::kHeartbeat:
       case v1::WorkerMessage::kLogs:
         break;
-      case v1::WorkerMessage::kRankStatus:
+      case v1::WorkerMessage::kRankStatus: {
+        // Only a gang that leaves its devices (it ended, failed or went back to the queue) can
+        // make a queued job placeable. A rank's RUNNING report, or one exit of several, frees
+        // nothing, and a scheduling pass walks the whole queue: a gang of N ranks reports 2N
+        // times. (The tick schedules too, whatever happened.)
+        const bool held = HoldsDevicesLocked(message.rank_status().job());
         HandleRankStatusLocked(node_name, message.rank_status());
-        ScheduleLocked();  // an ended gang frees devices
+        if (held && !HoldsDevicesLocked(message.rank_status().job())) ScheduleLocked();
         break;
+      }
       case v1::WorkerMessage::kStep:
         HandleStepLocked(node_name, message.step());
         break;
@@ -234,6 +240,11 @@ JobManager::ActiveJob* JobManager::CurrentGangLocked(const std::string& node,
                      "stale report: loomd does not run this job at this generation here");
   }
   return nullptr;
+}
+
+bool JobManager::HoldsDevicesLocked(const std::string& job) const {
+  auto it = active_.find(job);
+  return it != active_.end() && IsGangState(it->second->job.state());
 }
 
 void JobManager::MaybeMarkRunningLocked(ActiveJob& active) {
