@@ -172,6 +172,10 @@ absl::Status JobManager::CommitLocked(ActiveJob& active, v1::Job updated,
     --state_counts_[old_state];
     ++state_counts_[new_state];
   }
+  if (IsGangState(old_state) &&
+      (!IsGangState(new_state) || updated.generation() != active.job.generation())) {
+    NoteEndedGangLocked(active.job);
+  }
   // Allocations follow the placements of gang states exactly.
   nodes_.Release(name);
   if (IsGangState(new_state)) {
@@ -218,11 +222,8 @@ nodes::Capacity JobManager::ReadyCapacity() {
 absl::StatusOr<v1::Job> JobManager::CreateJob(const v1::CreateJobRequest& request,
                                               const std::string& tenant,
                                               const std::string& scale_test) {
-  if (request.request_id().size() > 128) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("request_id must be at most 128 characters (got ", request.request_id().size(),
-                     "); a UUID is a good choice"));
-  }
+  // A scale test's copies carry ids of its own making ("scaletests/{id}/{devices}").
+  if (scale_test.empty()) RETURN_IF_ERROR(store::CheckRequestId(request.request_id()));
   if (!request.has_spec()) {
     return absl::InvalidArgumentError(
         "spec is required; give at least train.steps and resources (see loomctl submit -f)");
@@ -249,6 +250,13 @@ absl::StatusOr<v1::Job> JobManager::CreateJob(const v1::CreateJobRequest& reques
     ASSIGN_OR_RETURN(std::optional<store::StoredJob> existing,
                      store_->FindJobByRequestId(request_key));
     if (!existing.has_value()) return std::optional<std::string>();
+    // Never another tenant's job, nor its name: keys are per tenant, so this is only reachable
+    // through a key stored under another scheme; the caller just needs another id.
+    if (!store::SameTenant(existing->job.tenant(), tenant)) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("request_id ", Echo(request.request_id()),
+                       " is already taken; use a new request_id (a UUID is a good choice)"));
+    }
     RETURN_IF_ERROR(CheckSameRequest(request, existing->job));
     return std::optional<std::string>(existing->job.name());
   };

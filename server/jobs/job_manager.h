@@ -30,6 +30,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -477,7 +478,12 @@ class JobManager {
   absl::StatusOr<v1::Job> LoadJobLocked(std::string_view name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Free devices of `kind` on schedulable nodes (with a session). Requires mu_.
   int FreeDevicesLocked(v1::DeviceKind kind) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Appends a worker's log lines to the job's log, only when `node` runs (or just ran) that
+  // job's gang at chunk.generation and the lines name a rank (>= 0; -1 is loomd's own): a node
+  // cannot write into other jobs' logs, nor use up their log quota.
   void AppendLogs(const std::string& node, const v1::LogChunk& chunk);
+  // Remembers where `gang` (a job as it was in a gang state) ran, for its late log lines.
+  void NoteEndedGangLocked(const v1::Job& gang) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   store::JobStore* const store_;
   const Clock* const clock_;
@@ -496,6 +502,11 @@ class JobManager {
   // Stale (node, job, generation) gangs already told to cancel on the node's current session,
   // so that a stale gang's stream of reports does not become a stream of cancels.
   std::set<std::string> stale_cancelled_ ABSL_GUARDED_BY(mu_);
+  // "node|job|generation" of the gangs that left their devices most recently (at most
+  // kEndedGangsKept, oldest forgotten first): their workers may still flush the ranks' last log
+  // lines, which AppendLogs accepts only from a node that ran the gang.
+  std::set<std::string> ended_gangs_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> ended_gang_order_ ABSL_GUARDED_BY(mu_);
   absl::BitGen id_gen_ ABSL_GUARDED_BY(mu_);           // the random part of job ids
   bool first_job_noted_ ABSL_GUARDED_BY(mu_) = false;  // on_first_job was called
   JobWatchers watchers_;

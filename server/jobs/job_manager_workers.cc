@@ -31,6 +31,10 @@ std::string StaleKey(std::string_view node, std::string_view job, int64_t genera
   return absl::StrCat(std::string(node), "|", std::string(job), "|", generation);
 }
 
+// Ended gangs whose late log lines are still accepted: a gang's workers flush within a second of
+// its end, and thousands of gangs do not end within a second.
+constexpr size_t kEndedGangsKept = 4096;
+
 }  // namespace
 
 // ---- Nodes ------------------------------------------------------------------------------------
@@ -476,12 +480,30 @@ void JobManager::HandleStepLocked(const std::string& node, const v1::StepReport&
   }
 }
 
+void JobManager::NoteEndedGangLocked(const v1::Job& gang) {
+  for (const v1::Placement& p : gang.placements()) {
+    std::string key = StaleKey(p.node(), gang.name(), gang.generation());
+    if (!ended_gangs_.insert(key).second) continue;
+    ended_gang_order_.push_back(std::move(key));
+    if (ended_gang_order_.size() > kEndedGangsKept) {
+      ended_gangs_.erase(ended_gang_order_.front());
+      ended_gang_order_.pop_front();
+    }
+  }
+}
+
 void JobManager::AppendLogs(const std::string& node, const v1::LogChunk& chunk) {
   absl::StatusOr<std::string> id = ParseJobName(chunk.job(), "logs.job");
-  if (!id.ok() || logs_ == nullptr) return;
+  if (!id.ok() || logs_ == nullptr || chunk.rank() < 0) return;
   {
     absl::MutexLock lock(&mu_);
-    if (!active_.contains(chunk.job()) && !store_->GetJob(chunk.job()).ok()) return;
+    auto it = active_.find(chunk.job());
+    const bool running_here = it != active_.end() && IsGangState(it->second->job.state()) &&
+                              it->second->job.generation() == chunk.generation() &&
+                              RankPlacedOn(it->second->job, node, chunk.rank());
+    if (!running_here && !ended_gangs_.contains(StaleKey(node, chunk.job(), chunk.generation()))) {
+      return;  // not this node's gang: a worker's bug, or a node writing into others' logs
+    }
   }
   absl::Status status = logs_->Append(*id, chunk, node, clock_->Now());
   if (!status.ok()) LOOM_LOG(WARNING) << "cannot store logs of " << chunk.job() << ": " << status;

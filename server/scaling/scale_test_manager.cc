@@ -2,6 +2,7 @@
 
 #include <google/protobuf/util/time_util.h>
 
+#include <algorithm>
 #include <map>
 #include <utility>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "server/jobs/job_manager_helpers.h"
 #include "server/scaling/attribution.h"
 #include "server/scaling/sweep.h"
@@ -99,10 +101,7 @@ absl::Status ScaleTestManager::Recover() {
 
 absl::StatusOr<v1::ScaleTest> ScaleTestManager::CreateScaleTest(
     const v1::CreateScaleTestRequest& request, const std::string& tenant) {
-  if (request.request_id().size() > 128) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "request_id must be at most 128 characters (got ", request.request_id().size(), ")"));
-  }
+  RETURN_IF_ERROR(store::CheckRequestId(request.request_id()));
   if (!request.has_spec()) {
     return absl::InvalidArgumentError("spec is required: the job to sweep (loomctl scale-test -f)");
   }
@@ -117,7 +116,25 @@ absl::StatusOr<v1::ScaleTest> ScaleTestManager::CreateScaleTest(
   const std::string request_key =
       request.request_id().empty() ? "" : store::RequestKey(tenant, request.request_id());
   ASSIGN_OR_RETURN(std::optional<StoredScaleTest> existing, store_->FindByRequestKey(request_key));
-  if (existing.has_value()) return existing->test;
+  if (existing.has_value()) {
+    // A retry gets its sweep back; another request under the same key (or another tenant's
+    // sweep) gets an error that names nothing of it.
+    const v1::ScaleTest& found = existing->test;
+    const bool same =
+        store::SameTenant(found.tenant(), tenant) &&
+        google::protobuf::util::MessageDifferencer::Equals(request.spec(), found.spec()) &&
+        std::equal(request.devices().begin(), request.devices().end(), found.devices().begin(),
+                   found.devices().end()) &&
+        request.weak() == found.weak() &&
+        (request.steps() > 0 ? request.steps() : kDefaultSteps) == found.steps();
+    if (!same) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "request_id \"", absl::CHexEscape(request.request_id()),
+          "\" was already used for another scale test; use a new request_id for a new sweep, or "
+          "resend the same request to get that sweep back"));
+    }
+    return found;
+  }
 
   const int64_t steps = request.steps() > 0 ? request.steps() : kDefaultSteps;
   // The first size fixes the batch: strong scaling keeps it, weak scales it with the devices.

@@ -39,6 +39,15 @@ inline std::string RequestKey(const v1::Job& job) {
   return RequestKey(job.tenant(), job.request_id());
 }
 
+// Checks an idempotency key a caller chose: at most 128 characters and no "/", the separator
+// RequestKey puts after the tenant (a default-tenant id "alice/x" would otherwise be tenant
+// alice's key "x"). INVALID_ARGUMENT naming request_id and the fix.
+absl::Status CheckRequestId(absl::string_view request_id);
+
+// Whether two stored tenant names are one tenant ("" is "default", as for jobs stored before
+// tenants existed).
+bool SameTenant(absl::string_view a, absl::string_view b);
+
 class JobStore {
  public:
   virtual ~JobStore() = default;

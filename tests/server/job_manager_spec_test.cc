@@ -117,6 +117,17 @@ TEST_F(JobManagerSpecTest, RequestIdReusedWithAnotherSpecIsRefused) {
   EXPECT_EQ(JobCount(), 1);
 }
 
+// "/" separates the tenant in the idempotency key: a default-tenant id "team-b/x" would be
+// tenant team-b's key "x", and would find (or squat) that tenant's job.
+TEST_F(JobManagerSpecTest, RequestIdWithTheTenantSeparatorIsRefused) {
+  Connect(CpuNode("n1", 2));
+  const absl::Status refused =
+      manager_->CreateJob(CreateRequest(CpuSpec(2), "team-b/req-1")).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("request_id must not contain '/'"));
+  EXPECT_EQ(JobCount(), 0);
+}
+
 TEST_F(JobManagerSpecTest, RacingAttemptsOfOneRequestAllGetTheOneJob) {
   // The idempotency lookup runs outside the manager's lock, so attempts of one request can pass
   // it together; the store's unique index admits one and the others answer as retries.

@@ -28,6 +28,7 @@ using ::loom::testing::FakeSink;
 using ::loom::testing::RankExit;
 using ::loom::testing::RankPhase;
 using ::loom::testing::Step;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -592,6 +593,43 @@ TEST_F(JobManagerTest, LogsAreStoredPerJob) {
   EXPECT_EQ(batch->lines[0].stream(), "stderr");
   EXPECT_EQ(batch->lines[0].node(), "nodes/n1");
   EXPECT_TRUE(logs_->Read(name.substr(5), 0, 0)->lines.empty());
+}
+
+// A node writes log lines only into the gangs it runs (or just ran): another node cannot fill a
+// job's log (and use up its quota) nor write lines under loomd's own rank -1.
+TEST_F(JobManagerTest, LogsAreTakenOnlyFromTheNodesOfTheGang) {
+  auto sink = Connect("n1", 2);
+  auto other = Connect("n2", 2);
+  const std::string name = CreateScheduled(CpuSpec(2), *sink);
+  auto chunk = [&](int64_t generation, int rank, const std::string& text) {
+    v1::WorkerMessage m;
+    m.mutable_logs()->set_job(name);
+    m.mutable_logs()->set_generation(generation);
+    m.mutable_logs()->set_rank(rank);
+    m.mutable_logs()->add_lines(text);
+    return m;
+  };
+  auto texts = [&] {
+    std::vector<std::string> out;
+    absl::StatusOr<LogBatch> batch = logs_->Read(name.substr(5), 0, std::nullopt);
+    EXPECT_TRUE(batch.ok()) << batch.status();
+    for (const v1::LogLine& line : batch.value_or(LogBatch()).lines) out.push_back(line.text());
+    return out;
+  };
+  Send("n1", chunk(1, 0, "from the gang"));
+  Send("n2", chunk(1, 0, "from another node"));
+  Send("n1", chunk(1, -1, "posing as loomd"));
+  Send("n1", chunk(2, 0, "a generation that never ran"));
+  Send("n1", chunk(1, 7, "a rank the job does not have"));
+  EXPECT_THAT(texts(), ElementsAre("from the gang"));
+  // The gang ends; its worker still flushes its last lines, and only its worker.
+  StartAll("n1", name, 1, 2);
+  Send("n1", RankExit(name, 1, 0, v1::EXIT_CLASS_SUCCESS));
+  Send("n1", RankExit(name, 1, 1, v1::EXIT_CLASS_SUCCESS));
+  ASSERT_EQ(Get(name).state(), v1::SUCCEEDED);
+  Send("n1", chunk(1, 1, "last line"));
+  Send("n2", chunk(1, 1, "late from another node"));
+  EXPECT_THAT(texts(), ElementsAre("from the gang", "last line"));
 }
 
 TEST_F(JobManagerTest, ProgressIsWrittenToTheStoreAtMostAboutOncePerSecond) {

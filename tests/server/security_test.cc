@@ -35,6 +35,7 @@ using ::loom::testing::CpuNode;
 using ::loom::testing::CpuSpec;
 using ::loom::testing::CreateRequest;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string ReadLine(const std::string& path) {
   std::ifstream in(path);
@@ -480,6 +481,40 @@ TEST_F(SecurityTest, TenantsCannotSeeOrTouchEachOthersScaleTests) {
   EXPECT_EQ(cancelled.state(), v1::SCALE_TEST_CANCELLED);
   ASSERT_TRUE(Get(user_token_, mine.points(0).job(), &copy).ok());
   EXPECT_EQ(copy.state(), v1::CANCELLED);
+}
+
+// A scale test's request_id is its tenant's: a retry gets the sweep back; another request under
+// the same id gets an error that names nothing of the sweep; another tenant's same id is its own
+// sweep; and "/" (the tenant separator of the key) is refused.
+TEST_F(SecurityTest, AScaleTestsRequestIdFindsOnlyTheSameRequestOfTheSameTenant) {
+  ASSERT_TRUE(Register(node_token_, "n1").ok());
+  v1::CreateScaleTestRequest create;
+  *create.mutable_spec() = CpuSpec(2);
+  create.add_devices(1);
+  create.add_devices(2);
+  create.set_request_id("sweep-1");
+  auto stub = [&] { return v1::ScalingService::NewStub(Channel()); };
+  v1::ScaleTest mine, again, theirs;
+  ASSERT_TRUE(stub()->CreateScaleTest(Ctx(user_token_).get(), create, &mine).ok());
+  grpc::Status status = stub()->CreateScaleTest(Ctx(user_token_).get(), create, &again);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(again.name(), mine.name());
+
+  v1::CreateScaleTestRequest other = create;
+  other.set_weak(true);
+  status = stub()->CreateScaleTest(Ctx(user_token_).get(), other, &again);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_THAT(status.error_message(), HasSubstr("another scale test"));
+  EXPECT_THAT(status.error_message(), Not(HasSubstr(mine.name())));
+
+  ASSERT_TRUE(stub()->CreateScaleTest(Ctx(kTeamBToken).get(), create, &theirs).ok());
+  EXPECT_NE(theirs.name(), mine.name());
+  EXPECT_EQ(theirs.tenant(), "team-b");
+
+  create.set_request_id("team-b/sweep-1");
+  status = stub()->CreateScaleTest(Ctx(user_token_).get(), create, &again);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("request_id must not contain '/'"));
 }
 
 }  // namespace
