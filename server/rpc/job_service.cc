@@ -92,6 +92,8 @@ grpc::Status JobServiceImpl::GetJobTrace(grpc::ServerContext* context,
   absl::StatusOr<auth::Principal> who =
       AuthorizeJob(context, authenticator_, manager_, request->name(), nullptr);
   if (!who.ok()) return ToGrpcStatus(who.status());
+  absl::StatusOr<std::unique_ptr<StreamSlot>> slot = traces_.Acquire(who->subject);
+  if (!slot.ok()) return ToGrpcStatus(slot.status());
   absl::StatusOr<v1::JobTrace> trace = manager_->GetJobTrace(*request);
   if (!trace.ok()) return ToGrpcStatus(trace.status());
   *response = std::move(*trace);

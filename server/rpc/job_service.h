@@ -52,7 +52,8 @@ class JobServiceImpl final
   grpc::Status GetJobReport(grpc::ServerContext* context, const v1::GetJobReportRequest* request,
                             v1::JobReport* response) override;
   // Every rank's timeline over a step range (JobManager::GetJobTrace); tenant-checked like
-  // GetJob. Holds its handler thread up to loomd's trace wait.
+  // GetJob. Holds its handler thread up to loomd's trace wait; RESOURCE_EXHAUSTED when the caller
+  // already has kMaxTracesPerClient calls in flight (loomd has few trace slots for everyone).
   grpc::Status GetJobTrace(grpc::ServerContext* context, const v1::GetJobTraceRequest* request,
                            v1::JobTrace* response) override;
   // The current job first, then every update; ends after a terminal state, when the client
@@ -70,6 +71,8 @@ class JobServiceImpl final
   jobs::LogStore* const logs_;
   auth::Authenticator* const authenticator_;
   StreamLimiter streams_;
+  StreamLimiter traces_{kMaxTracesPerClient, "GetJobTrace calls in flight",
+                        "wait for them to answer (each waits a few seconds at most)"};
 };
 
 }  // namespace loom::rpc

@@ -10,11 +10,9 @@ absl::StatusOr<std::unique_ptr<StreamSlot>> StreamLimiter::Acquire(const std::st
   absl::MutexLock lock(&mu_);
   int& open = open_[subject];
   if (open >= max_per_client_) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("\"", subject, "\" already has ", open,
-                     " open WatchJob/StreamJobLogs streams (the limit is ", max_per_client_,
-                     " per client); close streams it no longer reads, or raise loomd's "
-                     "--max-streams-per-client"));
+    return absl::ResourceExhaustedError(absl::StrCat("\"", subject, "\" already has ", open, " ",
+                                                     what_, " (the limit is ", max_per_client_,
+                                                     " per client); ", way_out_));
   }
   ++open;
   return std::make_unique<StreamSlot>(this, subject);

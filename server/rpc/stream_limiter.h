@@ -1,7 +1,7 @@
-// StreamLimiter: a bound on the server streams (WatchJob, StreamJobLogs) one caller may hold
-// open at once, so that one client (a dashboard gone wrong, a leaking script) cannot take all
-// of loomd's memory and file descriptors. Callers are counted by principal subject (the
-// tenant, or the node/admin name), whatever connection they use.
+// StreamLimiter: a bound on the server streams (WatchJob, StreamJobLogs), or on the slow calls
+// (GetJobTrace), one caller may hold open at once, so that one client (a dashboard gone wrong, a
+// leaking script) cannot take all of loomd's memory and file descriptors. Callers are counted by
+// principal subject (the tenant, or the node/admin name), whatever connection they use.
 //
 // Thread-safe.
 #pragma once
@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -17,6 +18,9 @@
 namespace loom::rpc {
 
 inline constexpr int kDefaultMaxStreamsPerClient = 10'000;
+// GetJobTrace calls one caller may have in flight: each holds one of loomd's few trace slots
+// (TraceCollector::kMaxOpen) for up to its wait, so one caller must not hold them all.
+inline constexpr int kMaxTracesPerClient = 4;
 
 class StreamLimiter;
 
@@ -36,8 +40,14 @@ class StreamSlot {
 
 class StreamLimiter {
  public:
-  // `max_per_client` >= 1.
-  explicit StreamLimiter(int max_per_client) : max_per_client_(max_per_client) {}
+  // `max_per_client` >= 1. `what` names what is counted and `way_out` what a refused caller
+  // can do, for the refusal's message; the defaults are the server streams'.
+  explicit StreamLimiter(int max_per_client,
+                         std::string what = "open WatchJob/StreamJobLogs streams",
+                         std::string way_out =
+                             "close streams it no longer reads, or raise "
+                             "loomd's --max-streams-per-client")
+      : max_per_client_(max_per_client), what_(std::move(what)), way_out_(std::move(way_out)) {}
 
   // A slot for one more stream of `subject`, or RESOURCE_EXHAUSTED naming the limit and the
   // way out when `subject` already holds max_per_client streams. The limiter must outlive it.
@@ -50,6 +60,7 @@ class StreamLimiter {
   void Release(const std::string& subject);
 
   const int max_per_client_;
+  const std::string what_, way_out_;
   absl::Mutex mu_;
   std::map<std::string, int> open_ ABSL_GUARDED_BY(mu_);
 };

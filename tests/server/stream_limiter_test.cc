@@ -35,5 +35,16 @@ TEST(StreamLimiterTest, BoundsEachCallerAndFreesPlacesOnClose) {
   EXPECT_EQ(limiter.open("alice"), 0);
 }
 
+TEST(StreamLimiterTest, TheRefusalNamesWhatIsCountedAndTheWayOut) {
+  StreamLimiter traces(1, "GetJobTrace calls in flight", "wait for them to answer");
+  absl::StatusOr<std::unique_ptr<StreamSlot>> first = traces.Acquire("alice");
+  ASSERT_TRUE(first.ok());
+  absl::Status refused = traces.Acquire("alice").status();
+  EXPECT_EQ(refused.message(),
+            "\"alice\" already has 1 GetJobTrace calls in flight (the limit is 1 per client); "
+            "wait for them to answer");
+  EXPECT_TRUE(traces.Acquire("bob").ok());
+}
+
 }  // namespace
 }  // namespace loom::rpc
