@@ -154,14 +154,15 @@ absl::Status JobManager::Restore() {
 // ---- Commit path ------------------------------------------------------------------------------
 
 absl::Status JobManager::CommitLocked(ActiveJob& active, v1::Job updated,
-                                      const std::optional<v1::JobEvent>& event) {
+                                      const std::optional<v1::JobEvent>& event,
+                                      store::Durability durability) {
   const absl::Time now = clock_->Now();
   doctor::GoodputLedger goodput = active.goodput;
   if (updated.state() != active.job.state()) {
     goodput.EnterState(updated.state(), active.requeue_cause, now);
   }
   *updated.mutable_goodput() = goodput.Snapshot(now);
-  RETURN_IF_ERROR(store_->UpdateJob(updated, event));
+  RETURN_IF_ERROR(store_->UpdateJob(updated, event, durability));
   active.goodput = std::move(goodput);
   if (updated.state() != active.job.state()) active.requeue_cause = doctor::WaitCause::kRestart;
   const std::string name = updated.name();
@@ -199,9 +200,10 @@ absl::Status JobManager::CommitLocked(ActiveJob& active, v1::Job updated,
 }
 
 absl::Status JobManager::TransitionLocked(ActiveJob& active, v1::Job updated, v1::JobState to,
-                                          const std::string& reason, RestartCharge charge) {
+                                          const std::string& reason, RestartCharge charge,
+                                          store::Durability durability) {
   ASSIGN_OR_RETURN(v1::JobEvent event, Transition(updated, to, reason, clock_->Now(), charge));
-  RETURN_IF_ERROR(CommitLocked(active, std::move(updated), event));
+  RETURN_IF_ERROR(CommitLocked(active, std::move(updated), event, durability));
   if (to == v1::RESTARTING && charge == RestartCharge::kCharged && metrics_ != nullptr) {
     metrics_->IncrementRestarts();
   }

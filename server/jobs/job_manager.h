@@ -381,14 +381,17 @@ class JobManager {
 
   // Writes `updated` (and `event`) to the store, then installs it in memory, publishes it, and
   // keeps allocations, metrics and rendezvous in step. On a terminal state the job leaves the
-  // active set. Requires mu_.
+  // active set. Requires mu_. `durability` kDeferred only for what the workers tell loomd again
+  // after a restart (store::Durability): a gang RUNNING, its progress.
   absl::Status CommitLocked(ActiveJob& active, v1::Job updated,
-                            const std::optional<v1::JobEvent>& event)
+                            const std::optional<v1::JobEvent>& event,
+                            store::Durability durability = store::Durability::kSynced)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Transition + commit. Requires mu_.
   absl::Status TransitionLocked(ActiveJob& active, v1::Job updated, v1::JobState to,
                                 const std::string& reason,
-                                RestartCharge charge = RestartCharge::kCharged)
+                                RestartCharge charge = RestartCharge::kCharged,
+                                store::Durability durability = store::Durability::kSynced)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs the scheduler and launches every placement. Requires mu_.
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

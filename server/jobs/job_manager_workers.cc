@@ -256,8 +256,12 @@ void JobManager::MaybeMarkRunningLocked(ActiveJob& active) {
   std::set<int> started = active.running_ranks;
   started.insert(active.succeeded_ranks.begin(), active.succeeded_ranks.end());
   if (static_cast<int>(started.size()) < active.world_size) return;
+  // Not synced on its own: after a power loss the workers' hello tells loomd again that the gang
+  // runs, and this transition is made again (the next synced write takes it to disk anyway).
+  // Syncing it cost a WAL sync between a gang's last exits and the next gang's placement.
   absl::Status status = TransitionLocked(active, active.job, v1::RUNNING,
-                                         absl::StrCat("all ", active.world_size, " ranks started"));
+                                         absl::StrCat("all ", active.world_size, " ranks started"),
+                                         RestartCharge::kCharged, store::Durability::kDeferred);
   if (!status.ok()) {
     LOOM_LOG(ERROR) << "cannot mark " << active.job.name() << " RUNNING: " << status;
     return;
@@ -473,7 +477,8 @@ void JobManager::HandleStepLocked(const std::string& node, const v1::StepReport&
   *progress->mutable_update_time() = ToProto(now);
   active->progress_dirty = true;
   if (now - active->last_progress_write >= options_.progress_persist_interval) {
-    absl::Status s = CommitLocked(*active, active->job, std::nullopt);
+    // Progress comes again with the next step report: no WAL sync per running job per second.
+    absl::Status s = CommitLocked(*active, active->job, std::nullopt, store::Durability::kDeferred);
     if (!s.ok()) LOOM_LOG(WARNING) << "cannot persist progress of " << report.job() << ": " << s;
   } else {
     watchers_.Publish(active->job, /*state_change=*/false);

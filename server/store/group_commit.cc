@@ -5,8 +5,9 @@
 
 namespace loom::store {
 
-absl::Status GroupCommitter::Write(absl::FunctionRef<absl::Status(SqliteConnection&)> body) {
-  Pending mine(body);
+absl::Status GroupCommitter::Write(absl::FunctionRef<absl::Status(SqliteConnection&)> body,
+                                   bool synced) {
+  Pending mine(body, synced);
   absl::MutexLock lock(&mu_);
   queue_.push_back(&mine);
   while (!mine.done) {
@@ -42,6 +43,18 @@ void GroupCommitter::RunBatch(const std::vector<Pending*>& batch) {
   auto fail_all = [&](const absl::Status& status) {
     for (Pending* p : batch) p->status = status;
   };
+  // The level is set outside a transaction (SQLite ignores it inside one), and only when it
+  // changes. When setting it fails, the batch fails: it must never commit less synced than asked.
+  const bool full = std::any_of(batch.begin(), batch.end(), [](Pending* p) { return p->synced; });
+  if (full != writer_full_) {
+    if (absl::Status level =
+            db.Exec(full ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL");
+        !level.ok()) {
+      fail_all(level);
+      return;
+    }
+    writer_full_ = full;
+  }
   if (absl::Status begin = db.Exec("BEGIN IMMEDIATE"); !begin.ok()) {
     fail_all(begin);
     return;

@@ -1,12 +1,13 @@
 // GroupCommitter: concurrent writers of one SQLite connection share one transaction, and so one
 // WAL sync, instead of taking one fsync'd transaction each. Internal to server/store/.
 //
-// Contract of Write(body):
+// Contract of Write(body, synced):
 //  - `body` runs on the writer connection inside a transaction, alone (bodies never overlap),
 //    in a SAVEPOINT of its own: when it fails, only its own changes are rolled back and the
 //    other writes of the batch still commit.
 //  - Write returns only after the transaction holding `body`'s changes has committed (with
-//    synchronous=FULL: is on disk), or has been rolled back. So an OK return means durable,
+//    synchronous=FULL: is on disk; a batch of unsynced writes only commits under NORMAL), or has
+//    been rolled back. So an OK return means durable,
 //    exactly as with one transaction per write; a failed return means nothing of `body` was
 //    written. When the COMMIT itself fails every write of the batch fails with that error.
 //  - Order: bodies run in the order their batch was taken, and batches commit one after the
@@ -39,7 +40,10 @@ class GroupCommitter {
   GroupCommitter(const GroupCommitter&) = delete;
   GroupCommitter& operator=(const GroupCommitter&) = delete;
 
-  absl::Status Write(absl::FunctionRef<absl::Status(SqliteConnection&)> body);
+  // `synced` false: the transaction may commit under synchronous=NORMAL (no WAL sync; durable
+  // against a crash of the process, and on disk with the next synced commit or checkpoint). A
+  // batch holding any synced write commits synced, so a synced write never loses its sync.
+  absl::Status Write(absl::FunctionRef<absl::Status(SqliteConnection&)> body, bool synced = true);
 
   // Counters since construction, for tests and benchmarks: writes is the number of Write calls
   // that ran a body, transactions the number of batches (BEGIN … COMMIT) that carried them.
@@ -52,8 +56,10 @@ class GroupCommitter {
 
  private:
   struct Pending {
-    explicit Pending(absl::FunctionRef<absl::Status(SqliteConnection&)> b) : body(b) {}
+    Pending(absl::FunctionRef<absl::Status(SqliteConnection&)> b, bool sync)
+        : body(b), synced(sync) {}
     absl::FunctionRef<absl::Status(SqliteConnection&)> body;
+    bool synced;
     absl::Status status;
     bool done = false;
   };
@@ -63,6 +69,8 @@ class GroupCommitter {
   void RunBatch(const std::vector<Pending*>& batch);
 
   const std::unique_ptr<SqliteConnection> writer_;  // used by the current leader only
+  // The writer's synchronous level: FULL (as the store opens it) or NORMAL. Leader only.
+  bool writer_full_ = true;
   mutable absl::Mutex mu_;
   std::vector<Pending*> queue_ ABSL_GUARDED_BY(mu_);
   bool leader_active_ ABSL_GUARDED_BY(mu_) = false;

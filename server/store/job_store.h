@@ -48,6 +48,16 @@ absl::Status CheckRequestId(absl::string_view request_id);
 // tenants existed).
 bool SameTenant(absl::string_view a, absl::string_view b);
 
+// How durable a write is when the call returns.
+enum class Durability {
+  // On disk (the WAL synced): survives a power loss. Everything loomd acknowledges or acts on.
+  kSynced,
+  // Committed and visible, and it survives a crash of loomd (kill -9), but it reaches the disk
+  // with the next synced write or checkpoint: a power loss may take it back. Only for what loomd
+  // learns again from its workers after a restart (a gang became RUNNING, its progress).
+  kDeferred,
+};
+
 class JobStore {
  public:
   virtual ~JobStore() = default;
@@ -74,8 +84,13 @@ class JobStore {
 
   // Replaces the stored job (matched by job.name()) and, when `event` is given, appends it to
   // the job's event log, atomically. The event's `sequence` is assigned by the store
-  // (1, 2, 3 ... per job). NOT_FOUND if the job does not exist.
-  virtual absl::Status UpdateJob(const v1::Job& job, const std::optional<v1::JobEvent>& event) = 0;
+  // (1, 2, 3 ... per job). NOT_FOUND if the job does not exist. Synced unless `durability` says
+  // otherwise.
+  virtual absl::Status UpdateJob(const v1::Job& job, const std::optional<v1::JobEvent>& event,
+                                 Durability durability) = 0;
+  absl::Status UpdateJob(const v1::Job& job, const std::optional<v1::JobEvent>& event) {
+    return UpdateJob(job, event, Durability::kSynced);
+  }
 
   // The job's event log, oldest first. NOT_FOUND if the job does not exist.
   virtual absl::StatusOr<std::vector<v1::JobEvent>> ListEvents(std::string_view name) = 0;

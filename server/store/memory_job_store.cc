@@ -77,7 +77,9 @@ class MemoryJobStore final : public JobStore {
     return page;
   }
 
-  absl::Status UpdateJob(const v1::Job& job, const std::optional<v1::JobEvent>& event) override {
+  using JobStore::UpdateJob;
+  absl::Status UpdateJob(const v1::Job& job, const std::optional<v1::JobEvent>& event,
+                         Durability /*memory has no disk*/) override {
     RETURN_IF_ERROR(CheckJobForWrite(job));
     absl::MutexLock lock(&mu_);
     auto it = by_name_.find(job.name());

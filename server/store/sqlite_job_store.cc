@@ -3,6 +3,8 @@
 // Durability: WAL journal with synchronous=FULL. In WAL mode NORMAL already survives a crash
 // of loomd (kill -9) but may lose the last commits on power loss; FULL syncs the WAL at every
 // commit so that a job acknowledged to a client (CreateJob returned) survives power loss too.
+// A Durability::kDeferred update commits under NORMAL (group_commit.h): the next FULL commit's
+// sync, or a checkpoint, takes it to the disk with it.
 //
 // Group commit (group_commit.h): concurrent write calls share one BEGIN IMMEDIATE … COMMIT and
 // so one WAL sync; each call still returns only after that commit, so an acknowledged write is
@@ -189,9 +191,11 @@ class SqliteJobStore final : public JobStore {
     return page;
   }
 
-  absl::Status UpdateJob(const v1::Job& job, const std::optional<v1::JobEvent>& event) override {
+  using JobStore::UpdateJob;
+  absl::Status UpdateJob(const v1::Job& job, const std::optional<v1::JobEvent>& event,
+                         Durability durability) override {
     RETURN_IF_ERROR(CheckJobForWrite(job));
-    return Write([&](SqliteConnection& db) -> absl::Status {
+    return Write(durability, [&](SqliteConnection& db) -> absl::Status {
       int64_t sequence = 0;
       std::string request_id;
       {
@@ -336,6 +340,10 @@ class SqliteJobStore final : public JobStore {
   // that transaction committed (OK) or `body`'s changes were rolled back (its error).
   absl::Status Write(absl::FunctionRef<absl::Status(SqliteConnection&)> body) {
     return writer_.Write(body);
+  }
+  absl::Status Write(Durability durability,
+                     absl::FunctionRef<absl::Status(SqliteConnection&)> body) {
+    return writer_.Write(body, durability == Durability::kSynced);
   }
 
   // Runs `body` in one read transaction (one consistent snapshot) on a pooled reader.

@@ -114,6 +114,74 @@ TEST(GroupCommitTest, WritersThatQueueBehindABatchShareOneTransaction) {
   EXPECT_GE(stats.largest_batch, kWriters / 2);
 }
 
+// The synchronous level a body's transaction commits under (1 NORMAL, 2 FULL).
+int SyncLevel(SqliteConnection& db) {
+  absl::StatusOr<Statement> pragma = db.Prepare("PRAGMA synchronous");
+  EXPECT_TRUE(pragma.ok()) << pragma.status();
+  absl::StatusOr<bool> row = pragma->Step();
+  EXPECT_TRUE(row.ok() && *row);
+  return static_cast<int>(pragma->ColumnInt(0));
+}
+
+// An unsynced write commits under NORMAL (no WAL sync) and is committed all the same; a synced
+// write gets FULL back; and a batch that holds any synced write commits under FULL, so a synced
+// write never loses its sync by sharing a batch.
+TEST(GroupCommitTest, OnlyABatchOfUnsyncedWritesSkipsTheSync) {
+  TempDir dir;
+  const std::string path = dir.File("t.db");
+  std::unique_ptr<SqliteConnection> writer = OpenDb(path);
+  ASSERT_TRUE(writer->Exec("PRAGMA synchronous = FULL").ok());
+  GroupCommitter committer(std::move(writer));
+  int level = 0;
+  auto write = [&](const std::string& key, bool synced, int* seen) {
+    return committer.Write(
+        [&, seen](SqliteConnection& db) {
+          *seen = SyncLevel(db);
+          return Insert(db, key);
+        },
+        synced);
+  };
+  ASSERT_TRUE(write("unsynced", false, &level).ok());
+  EXPECT_EQ(level, 1);
+  EXPECT_TRUE(Committed(path, "unsynced"));
+  ASSERT_TRUE(write("synced", true, &level).ok());
+  EXPECT_EQ(level, 2);
+  ASSERT_TRUE(write("unsynced-again", false, &level).ok());
+  EXPECT_EQ(level, 1);
+
+  // An unsynced and a synced write queued behind a blocked leader form one batch: FULL.
+  absl::Notification release;
+  int leader_level = 0, a = 0, b = 0;
+  std::thread leader([&] {
+    EXPECT_TRUE(committer
+                    .Write(
+                        [&](SqliteConnection& db) {
+                          release.WaitForNotification();
+                          leader_level = SyncLevel(db);
+                          return Insert(db, "leader");
+                        },
+                        false)
+                    .ok());
+  });
+  absl::SleepFor(absl::Milliseconds(20));  // the leader now holds the connection
+  std::thread t1([&] { EXPECT_TRUE(write("queued-unsynced", false, &a).ok()); });
+  std::thread t2([&] { EXPECT_TRUE(write("queued-synced", true, &b).ok()); });
+  absl::SleepFor(absl::Milliseconds(50));  // both are queued
+  release.Notify();
+  leader.join();
+  t1.join();
+  t2.join();
+  EXPECT_EQ(leader_level, 1);
+  EXPECT_EQ(b, 2);
+  // Together (the usual case), the unsynced one rides the synced batch; a thread slow to reach
+  // Write on a loaded machine commits alone, unsynced.
+  if (committer.stats().largest_batch == 2) {
+    EXPECT_EQ(a, 2);
+  } else {
+    EXPECT_EQ(a, 1);
+  }
+}
+
 TEST(GroupCommitTest, AConstraintFailureInsideABatchKeepsTheOthers) {
   // A failure raised by SQLite itself (a duplicate key) rather than by the body's own logic.
   TempDir dir;

@@ -34,10 +34,66 @@ using ::testing::Not;
 
 constexpr char kRendezvous[] = "loomd.test:7070";
 
+// The memory store, recording the state and durability of every UpdateJob (the commit policy
+// is the manager's: what may go unsynced).
+class RecordingStore : public store::JobStore {
+ public:
+  struct Update {
+    v1::JobState state;
+    bool has_event;
+    store::Durability durability;
+  };
+  RecordingStore() : inner_(store::NewMemoryJobStore()) {}
+  std::vector<Update> updates() {
+    absl::MutexLock lock(&mu_);
+    return updates_;
+  }
+
+  absl::StatusOr<int64_t> CreateJob(const v1::Job& job, const v1::JobEvent& first) override {
+    return inner_->CreateJob(job, first);
+  }
+  absl::StatusOr<store::StoredJob> GetJob(std::string_view name) override {
+    return inner_->GetJob(name);
+  }
+  absl::StatusOr<std::optional<store::StoredJob>> FindJobByRequestId(
+      std::string_view request_id) override {
+    return inner_->FindJobByRequestId(request_id);
+  }
+  absl::StatusOr<store::JobPage> ListJobs(std::optional<v1::JobState> state, int64_t after,
+                                          int limit) override {
+    return inner_->ListJobs(state, after, limit);
+  }
+  using JobStore::UpdateJob;
+  absl::Status UpdateJob(const v1::Job& job, const std::optional<v1::JobEvent>& event,
+                         store::Durability durability) override {
+    {
+      absl::MutexLock lock(&mu_);
+      updates_.push_back({job.state(), event.has_value(), durability});
+    }
+    return inner_->UpdateJob(job, event, durability);
+  }
+  absl::StatusOr<std::vector<v1::JobEvent>> ListEvents(std::string_view name) override {
+    return inner_->ListEvents(name);
+  }
+  absl::StatusOr<std::vector<store::StoredJob>> ListActiveJobs() override {
+    return inner_->ListActiveJobs();
+  }
+  absl::Status PutNode(const v1::Node& node) override { return inner_->PutNode(node); }
+  absl::StatusOr<std::vector<v1::Node>> ListNodes() override { return inner_->ListNodes(); }
+  absl::Status DeleteNode(std::string_view name) override { return inner_->DeleteNode(name); }
+
+ private:
+  const std::unique_ptr<store::JobStore> inner_;
+  absl::Mutex mu_;
+  std::vector<Update> updates_ ABSL_GUARDED_BY(mu_);
+};
+
 class JobManagerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    store_ = store::NewMemoryJobStore();
+    auto recording = std::make_unique<RecordingStore>();
+    recording_ = recording.get();
+    store_ = std::move(recording);
     auto logs = LogStore::Open(dir_.File("logs"));
     ASSERT_TRUE(logs.ok()) << logs.status();
     logs_ = std::move(*logs);
@@ -118,10 +174,34 @@ class JobManagerTest : public ::testing::Test {
   store::testing::TempDir dir_;
   FakeClock clock_;
   std::unique_ptr<store::JobStore> store_;
+  RecordingStore* recording_ = nullptr;  // store_
   std::unique_ptr<LogStore> logs_;
   std::unique_ptr<JobManager> manager_;
   std::map<std::string, uint64_t> sessions_;
 };
+
+// Only what the workers tell loomd again after a restart is committed unsynced: a gang became
+// RUNNING, and its progress. The placement (which must be durable before the assignment leaves)
+// and the end are synced.
+TEST_F(JobManagerTest, OnlyRunningAndProgressAreCommittedUnsynced) {
+  auto sink = Connect("n1", 2);
+  const std::string name = CreateScheduled(CpuSpec(2), *sink);
+  StartAll("n1", name, 1, 2);
+  Send("n1", Step(name, 1, 0, 1, 10, 5.0));
+  clock_.Advance(absl::Seconds(5));
+  Send("n1", Step(name, 1, 0, 2, 10, 4.0));  // persisted: a second has passed
+  Send("n1", RankExit(name, 1, 0, v1::EXIT_CLASS_SUCCESS));
+  Send("n1", RankExit(name, 1, 1, v1::EXIT_CLASS_SUCCESS));
+  ASSERT_EQ(Get(name).state(), v1::SUCCEEDED);
+  std::vector<std::string> seen;
+  for (const RecordingStore::Update& u : recording_->updates()) {
+    seen.push_back(
+        absl::StrCat(v1::JobState_Name(u.state), u.has_event ? "" : " (progress)",
+                     u.durability == store::Durability::kSynced ? " synced" : " deferred"));
+  }
+  EXPECT_THAT(seen, ElementsAre("SCHEDULED synced", "RUNNING deferred",
+                                "RUNNING (progress) deferred", "SUCCEEDED synced"));
+}
 
 TEST_F(JobManagerTest, CreateScheduleRunSucceed) {
   auto sink = Connect("n1", 4);
