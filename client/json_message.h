@@ -20,6 +20,11 @@
 
 namespace loom::client {
 
+// The field of `d` named `key` in its proto (snake_case) or JSON (lowerCamelCase) spelling, or
+// null. Both the spec reader and the setter below accept either spelling.
+const google::protobuf::FieldDescriptor* FieldByEitherName(const google::protobuf::Descriptor* d,
+                                                           const std::string& key);
+
 // Sets the fields of `message` named by `tree`, which must be what spec_yaml.cc's converter
 // writes for `message`'s type: a JSON object whose keys are field names (JSON or proto
 // spelling); integers as JSON integers in the field's range; doubles as numbers or the strings
@@ -29,11 +34,6 @@ namespace loom::client {
 // for what such JSON can still get wrong: a value of the wrong JSON type, an enum name the type
 // lacks, a float outside float's range, a map key that is not of the key's type, a second member
 // of one oneof. On error `message` may be partly set.
-// The field of `d` named `key` in its proto (snake_case) or JSON (lowerCamelCase) spelling, or
-// null. Both the spec reader and the setter below accept either spelling.
-const google::protobuf::FieldDescriptor* FieldByEitherName(const google::protobuf::Descriptor* d,
-                                                           const std::string& key);
-
 absl::Status SetMessageFromCheckedJson(const nlohmann::json& tree,
                                        google::protobuf::Message* message);
 

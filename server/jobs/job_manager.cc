@@ -252,8 +252,9 @@ absl::StatusOr<v1::Job> JobManager::CreateJob(const v1::CreateJobRequest& reques
     ASSIGN_OR_RETURN(std::optional<store::StoredJob> existing,
                      store_->FindJobByRequestId(request_key));
     if (!existing.has_value()) return std::optional<std::string>();
-    // Never another tenant's job, nor its name: keys are per tenant, so this is only reachable
-    // through a key stored under another scheme; the caller just needs another id.
+    // Never another tenant's job, nor its name. Keys are per tenant, so only a job stored before
+    // request ids were refused "/" can meet another tenant's key (a default-tenant "alice/x" is
+    // alice's "x"); the caller just needs another id.
     if (!store::SameTenant(existing->job.tenant(), tenant)) {
       return absl::AlreadyExistsError(
           absl::StrCat("request_id ", Echo(request.request_id()),

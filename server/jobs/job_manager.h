@@ -369,9 +369,9 @@ class JobManager {
   // Thread-safe without mu_ (the validator is a pure function).
   absl::Status CheckSameRequest(const v1::CreateJobRequest& request, const v1::Job& existing);
 
-  // Moves a SCHEDULED job whose every rank has started to RUNNING. Requires mu_.
   // Whether `job` is active in a gang state (SCHEDULED or RUNNING), which holds its devices.
   bool HoldsDevicesLocked(const std::string& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves a SCHEDULED job whose every rank has started to RUNNING. Requires mu_.
   void MaybeMarkRunningLocked(ActiveJob& active) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   JobManager(store::JobStore* store, const Clock* clock, SpecValidator validator, LogStore* logs,

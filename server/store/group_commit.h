@@ -5,11 +5,12 @@
 //  - `body` runs on the writer connection inside a transaction, alone (bodies never overlap),
 //    in a SAVEPOINT of its own: when it fails, only its own changes are rolled back and the
 //    other writes of the batch still commit.
-//  - Write returns only after the transaction holding `body`'s changes has committed (with
-//    synchronous=FULL: is on disk; a batch of unsynced writes only commits under NORMAL), or has
-//    been rolled back. So an OK return means durable,
-//    exactly as with one transaction per write; a failed return means nothing of `body` was
-//    written. When the COMMIT itself fails every write of the batch fails with that error.
+//  - Write returns only after the transaction holding `body`'s changes has committed, or has
+//    been rolled back. A synced write's batch commits under synchronous=FULL, so its OK return
+//    means on disk, exactly as with one transaction per write. A batch of only unsynced writes
+//    commits under NORMAL: committed and safe from a crash of the process, on disk with the
+//    next synced commit or checkpoint. A failed return means nothing of `body` was written.
+//    When the COMMIT itself fails every write of the batch fails with that error.
 //  - Order: bodies run in the order their batch was taken, and batches commit one after the
 //    other, so the order of effects (e.g. AUTOINCREMENT sequences) is the commit order.
 //

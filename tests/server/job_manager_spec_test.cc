@@ -29,6 +29,7 @@ using ::loom::testing::RankPhase;
 using ::loom::testing::Step;
 using ::testing::Contains;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class JobManagerSpecTest : public ::testing::Test {
  protected:
@@ -126,6 +127,25 @@ TEST_F(JobManagerSpecTest, RequestIdWithTheTenantSeparatorIsRefused) {
   EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
   EXPECT_THAT(std::string(refused.message()), HasSubstr("request_id must not contain '/'"));
   EXPECT_EQ(JobCount(), 0);
+}
+
+// A default-tenant job stored before "/" was refused holds team-b's key: team-b's request with
+// that id gets an error that names nothing of it, never that job.
+TEST_F(JobManagerSpecTest, AKeyStoredForAnotherTenantIsNeverAnsweredWithItsJob) {
+  Connect(CpuNode("n1", 2));
+  v1::Job legacy;
+  legacy.set_name("jobs/legacy-1");
+  legacy.set_request_id("team-b/req-1");
+  legacy.set_state(v1::QUEUED);
+  *legacy.mutable_spec() = CpuSpec(2);
+  v1::JobEvent created;
+  created.set_to_state(v1::QUEUED);
+  ASSERT_TRUE(store_->CreateJob(legacy, created).ok());
+  const absl::Status taken =
+      manager_->CreateJob(CreateRequest(CpuSpec(2), "req-1"), "team-b").status();
+  EXPECT_EQ(taken.code(), absl::StatusCode::kAlreadyExists) << taken;
+  EXPECT_THAT(std::string(taken.message()), HasSubstr("is already taken"));
+  EXPECT_THAT(std::string(taken.message()), Not(HasSubstr("legacy")));
 }
 
 TEST_F(JobManagerSpecTest, RacingAttemptsOfOneRequestAllGetTheOneJob) {
