@@ -154,15 +154,16 @@ absl::Status JobManager::Restore() {
 // ---- Commit path ------------------------------------------------------------------------------
 
 absl::Status JobManager::CommitLocked(ActiveJob& active, v1::Job updated,
-                                      const std::optional<v1::JobEvent>& event,
-                                      store::Durability durability) {
+                                      const std::optional<v1::JobEvent>& event, Commit commit) {
   const absl::Time now = clock_->Now();
   doctor::GoodputLedger goodput = active.goodput;
   if (updated.state() != active.job.state()) {
     goodput.EnterState(updated.state(), active.requeue_cause, now);
   }
   *updated.mutable_goodput() = goodput.Snapshot(now);
-  RETURN_IF_ERROR(store_->UpdateJob(updated, event, durability));
+  RETURN_IF_ERROR(store_->UpdateJob(
+      updated, event,
+      commit == Commit::kSynced ? store::Durability::kSynced : store::Durability::kDeferred));
   active.goodput = std::move(goodput);
   if (updated.state() != active.job.state()) active.requeue_cause = doctor::WaitCause::kRestart;
   const std::string name = updated.name();
@@ -194,16 +195,38 @@ absl::Status JobManager::CommitLocked(ActiveJob& active, v1::Job updated,
   active.job = std::move(updated);
   active.progress_dirty = false;
   active.last_progress_write = clock_->Now();
-  watchers_.Publish(active.job, event.has_value());
+  if (commit == Commit::kSynced) PublishHeldLocked();  // this commit's sync took them to disk
+  if (commit == Commit::kWithNextSync) {
+    held_publications_.emplace_back(active.job, event.has_value());
+  } else {
+    watchers_.Publish(active.job, event.has_value());
+  }
   if (terminal) active_.erase(name);  // `active` is gone from here on
   return absl::OkStatus();
 }
 
+void JobManager::PublishHeldLocked() {
+  for (auto& [job, state_change] : held_publications_) watchers_.Publish(job, state_change);
+  held_publications_.clear();
+}
+
+void JobManager::SyncHeldLocked() {
+  if (held_publications_.empty()) return;
+  // SQLite syncs no empty transaction, so the sync needs a write: the last held job again, as
+  // it is stored (it is terminal, so nothing else wrote it since).
+  const v1::Job& last = held_publications_.back().first;
+  if (absl::Status s = store_->UpdateJob(last, std::nullopt, store::Durability::kSynced); !s.ok()) {
+    // Committed but perhaps not on disk; withholding it would leave its watchers waiting.
+    LOOM_LOG(ERROR) << "cannot sync the end of " << last.name() << ": " << s;
+  }
+  PublishHeldLocked();
+}
+
 absl::Status JobManager::TransitionLocked(ActiveJob& active, v1::Job updated, v1::JobState to,
                                           const std::string& reason, RestartCharge charge,
-                                          store::Durability durability) {
+                                          Commit commit) {
   ASSIGN_OR_RETURN(v1::JobEvent event, Transition(updated, to, reason, clock_->Now(), charge));
-  RETURN_IF_ERROR(CommitLocked(active, std::move(updated), event, durability));
+  RETURN_IF_ERROR(CommitLocked(active, std::move(updated), event, commit));
   if (to == v1::RESTARTING && charge == RestartCharge::kCharged && metrics_ != nullptr) {
     metrics_->IncrementRestarts();
   }

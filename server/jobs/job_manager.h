@@ -379,20 +379,36 @@ class JobManager {
              JobManagerOptions options, calibration::Calibrator* calibrator);
   absl::Status Restore();
 
-  // Writes `updated` (and `event`) to the store, then installs it in memory, publishes it, and
-  // keeps allocations, metrics and rendezvous in step. On a terminal state the job leaves the
-  // active set. Requires mu_. `durability` kDeferred only for what the workers tell loomd again
-  // after a restart (store::Durability): a gang RUNNING, its progress.
+  // How a commit reaches the disk and the watchers.
+  enum class Commit {
+    // Synced (store::Durability::kSynced), then published. Everything loomd acts on.
+    kSynced,
+    // Unsynced (kDeferred) and published at once: only what the workers tell loomd again after
+    // a restart (a gang RUNNING, its progress).
+    kDeferred,
+    // Unsynced, and published only once a later synced commit (whose WAL sync takes every
+    // earlier commit to disk) or SyncHeldLocked() has made it durable, before mu_ is released.
+    // For a gang's successful end: the next gang's synced placement, which follows at once,
+    // carries it, so the end and the placement cost one sync instead of two.
+    kWithNextSync,
+  };
+  // Writes `updated` (and `event`) to the store, then installs it in memory, publishes it (see
+  // Commit), and keeps allocations, metrics and rendezvous in step. On a terminal state the
+  // job leaves the active set. Requires mu_.
   absl::Status CommitLocked(ActiveJob& active, v1::Job updated,
                             const std::optional<v1::JobEvent>& event,
-                            store::Durability durability = store::Durability::kSynced)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                            Commit commit = Commit::kSynced) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Transition + commit. Requires mu_.
   absl::Status TransitionLocked(ActiveJob& active, v1::Job updated, v1::JobState to,
                                 const std::string& reason,
                                 RestartCharge charge = RestartCharge::kCharged,
-                                store::Durability durability = store::Durability::kSynced)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                                Commit commit = Commit::kSynced) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes the kWithNextSync commits still held durable (no synced commit followed them: the
+  // last of them is written again, synced) and publishes them. Every path that commits
+  // kWithNextSync calls it before releasing mu_. Requires mu_.
+  void SyncHeldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Publishes the held commits (they are durable now). Requires mu_.
+  void PublishHeldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs the scheduler and launches every placement. Requires mu_.
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LaunchLocked(ActiveJob& active, const std::vector<v1::Placement>& placements,
@@ -513,6 +529,9 @@ class JobManager {
   absl::BitGen id_gen_ ABSL_GUARDED_BY(mu_);           // the random part of job ids
   bool first_job_noted_ ABSL_GUARDED_BY(mu_) = false;  // on_first_job was called
   JobWatchers watchers_;
+  // kWithNextSync commits not yet known durable, oldest first, with whether each was a state
+  // change; published by the next synced commit or SyncHeldLocked(). Empty whenever mu_ is free.
+  std::vector<std::pair<v1::Job, bool>> held_publications_ ABSL_GUARDED_BY(mu_);
   std::function<void(const v1::StepReport&)> step_observer_;  // set before serving
   TraceCollector traces_;  // its own lock (see trace_collector.h)
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;

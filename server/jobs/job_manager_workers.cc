@@ -201,6 +201,7 @@ absl::Status JobManager::HandleWorkerMessage(std::string_view node_id, uint64_t 
         const bool held = HoldsDevicesLocked(message.rank_status().job());
         HandleRankStatusLocked(node_name, message.rank_status());
         if (held && !HoldsDevicesLocked(message.rank_status().job())) ScheduleLocked();
+        SyncHeldLocked();  // a gang's end, unless the next gang's placement synced it
         break;
       }
       case v1::WorkerMessage::kStep:
@@ -261,7 +262,7 @@ void JobManager::MaybeMarkRunningLocked(ActiveJob& active) {
   // Syncing it cost a WAL sync between a gang's last exits and the next gang's placement.
   absl::Status status = TransitionLocked(active, active.job, v1::RUNNING,
                                          absl::StrCat("all ", active.world_size, " ranks started"),
-                                         RestartCharge::kCharged, store::Durability::kDeferred);
+                                         RestartCharge::kCharged, Commit::kDeferred);
   if (!status.ok()) {
     LOOM_LOG(ERROR) << "cannot mark " << active.job.name() << " RUNNING: " << status;
     return;
@@ -310,9 +311,12 @@ void JobManager::HandleRankStatusLocked(const std::string& node, const v1::RankS
       // the transition).
       std::optional<v1::Job> finished;
       if (calibrator_ != nullptr && updated.has_plan_check()) finished = updated;
+      // Unsynced until the next gang's placement (the caller schedules right after) or the
+      // caller's SyncHeldLocked() syncs it: one sync between two gangs instead of two.
       absl::Status s = TransitionLocked(
           *it->second, std::move(updated), v1::SUCCEEDED,
-          absl::StrCat("all ", it->second->world_size, " ranks exited successfully"));
+          absl::StrCat("all ", it->second->world_size, " ranks exited successfully"),
+          RestartCharge::kCharged, Commit::kWithNextSync);
       if (!s.ok()) {
         LOOM_LOG(ERROR) << "cannot mark " << status.job() << " SUCCEEDED: " << s;
         return;
@@ -478,7 +482,7 @@ void JobManager::HandleStepLocked(const std::string& node, const v1::StepReport&
   active->progress_dirty = true;
   if (now - active->last_progress_write >= options_.progress_persist_interval) {
     // Progress comes again with the next step report: no WAL sync per running job per second.
-    absl::Status s = CommitLocked(*active, active->job, std::nullopt, store::Durability::kDeferred);
+    absl::Status s = CommitLocked(*active, active->job, std::nullopt, Commit::kDeferred);
     if (!s.ok()) LOOM_LOG(WARNING) << "cannot persist progress of " << report.job() << ": " << s;
   } else {
     watchers_.Publish(active->job, /*state_change=*/false);

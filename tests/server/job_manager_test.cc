@@ -2,7 +2,9 @@
 // workers' session streams.
 #include "server/jobs/job_manager.h"
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +50,11 @@ class RecordingStore : public store::JobStore {
     absl::MutexLock lock(&mu_);
     return updates_;
   }
+  // Called with each UpdateJob before it is stored (under the manager's lock).
+  void OnUpdate(std::function<void(const v1::Job&, store::Durability)> hook) {
+    absl::MutexLock lock(&mu_);
+    hook_ = std::move(hook);
+  }
 
   absl::StatusOr<int64_t> CreateJob(const v1::Job& job, const v1::JobEvent& first) override {
     return inner_->CreateJob(job, first);
@@ -66,10 +73,13 @@ class RecordingStore : public store::JobStore {
   using JobStore::UpdateJob;
   absl::Status UpdateJob(const v1::Job& job, const std::optional<v1::JobEvent>& event,
                          store::Durability durability) override {
+    std::function<void(const v1::Job&, store::Durability)> hook;
     {
       absl::MutexLock lock(&mu_);
       updates_.push_back({job.state(), event.has_value(), durability});
+      hook = hook_;
     }
+    if (hook) hook(job, durability);
     return inner_->UpdateJob(job, event, durability);
   }
   absl::StatusOr<std::vector<v1::JobEvent>> ListEvents(std::string_view name) override {
@@ -86,6 +96,7 @@ class RecordingStore : public store::JobStore {
   const std::unique_ptr<store::JobStore> inner_;
   absl::Mutex mu_;
   std::vector<Update> updates_ ABSL_GUARDED_BY(mu_);
+  std::function<void(const v1::Job&, store::Durability)> hook_ ABSL_GUARDED_BY(mu_);
 };
 
 class JobManagerTest : public ::testing::Test {
@@ -181,8 +192,9 @@ class JobManagerTest : public ::testing::Test {
 };
 
 // Only what the workers tell loomd again after a restart is committed unsynced: a gang became
-// RUNNING, and its progress. The placement (which must be durable before the assignment leaves)
-// and the end are synced.
+// RUNNING, and its progress. The placement must be durable before the assignment leaves. The
+// end is committed unsynced but synced (here by writing it again, as no placement follows)
+// before anyone is told.
 TEST_F(JobManagerTest, OnlyRunningAndProgressAreCommittedUnsynced) {
   auto sink = Connect("n1", 2);
   const std::string name = CreateScheduled(CpuSpec(2), *sink);
@@ -199,8 +211,58 @@ TEST_F(JobManagerTest, OnlyRunningAndProgressAreCommittedUnsynced) {
         absl::StrCat(v1::JobState_Name(u.state), u.has_event ? "" : " (progress)",
                      u.durability == store::Durability::kSynced ? " synced" : " deferred"));
   }
-  EXPECT_THAT(seen, ElementsAre("SCHEDULED synced", "RUNNING deferred",
-                                "RUNNING (progress) deferred", "SUCCEEDED synced"));
+  EXPECT_THAT(seen,
+              ElementsAre("SCHEDULED synced", "RUNNING deferred", "RUNNING (progress) deferred",
+                          "SUCCEEDED deferred", "SUCCEEDED (progress) synced"));
+}
+
+// Back-to-back gangs: a gang's end and the next gang's placement share one sync (the placement's
+// WAL sync takes the end's earlier commit to disk too), and the end reaches its watchers only
+// after that sync, and before the placement does.
+TEST_F(JobManagerTest, AGangsEndAndTheNextPlacementShareOneSync) {
+  auto sink = Connect("n1", 2);
+  const std::string first = CreateScheduled(CpuSpec(2), *sink);
+  absl::StatusOr<v1::Job> second = manager_->CreateJob(CreateRequest(CpuSpec(2)));
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_EQ(second->state(), v1::QUEUED);
+  StartAll("n1", first, 1, 2);
+  absl::StatusOr<std::shared_ptr<JobSubscription>> first_watch = manager_->WatchJob(first);
+  absl::StatusOr<std::shared_ptr<JobSubscription>> second_watch =
+      manager_->WatchJob(second->name());
+  ASSERT_TRUE(first_watch.ok() && second_watch.ok());
+  while ((*first_watch)->TryNext().has_value()) {
+  }
+  while ((*second_watch)->TryNext().has_value()) {
+  }
+  const size_t before = recording_->updates().size();
+
+  // What the watchers of the first job had been told when each write reached the store.
+  std::vector<std::string> told;
+  recording_->OnUpdate([&](const v1::Job& job, store::Durability durability) {
+    std::string seen;
+    while (std::optional<v1::Job> update = (*first_watch)->TryNext()) {
+      absl::StrAppend(&seen, v1::JobState_Name(update->state()));
+    }
+    told.push_back(absl::StrCat(job.name() == first ? "first " : "second ",
+                                v1::JobState_Name(job.state()),
+                                durability == store::Durability::kSynced ? " synced" : " deferred",
+                                ", first's watchers told: ", seen.empty() ? "nothing" : seen));
+  });
+  Send("n1", RankExit(first, 1, 0, v1::EXIT_CLASS_SUCCESS));
+  Send("n1", RankExit(first, 1, 1, v1::EXIT_CLASS_SUCCESS));
+  recording_->OnUpdate(nullptr);
+
+  EXPECT_THAT(told, ElementsAre("first SUCCEEDED deferred, first's watchers told: nothing",
+                                "second SCHEDULED synced, first's watchers told: nothing"));
+  EXPECT_EQ(recording_->updates().size(), before + 2);  // no third write to sync the end
+  std::optional<v1::Job> ended = (*first_watch)->TryNext();
+  ASSERT_TRUE(ended.has_value());
+  EXPECT_EQ(ended->state(), v1::SUCCEEDED);
+  std::optional<v1::Job> placed = (*second_watch)->TryNext();
+  ASSERT_TRUE(placed.has_value());
+  EXPECT_EQ(placed->state(), v1::SCHEDULED);
+  EXPECT_EQ(Get(first).state(), v1::SUCCEEDED);
+  EXPECT_EQ(sink->TakeAssignments().size(), 1u);
 }
 
 TEST_F(JobManagerTest, CreateScheduleRunSucceed) {
