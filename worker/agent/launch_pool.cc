@@ -15,23 +15,24 @@ LaunchPool::~LaunchPool() {
   for (std::thread& t : threads_) t.join();
 }
 
-bool LaunchPool::RunOne(std::unique_lock<std::mutex>& lock) {
+bool LaunchPool::RunOne(std::unique_lock<std::mutex>& lock, ChildStack& stack) {
   if (queue_.empty()) return false;
   const Task task = queue_.front();
   queue_.pop_front();
   lock.unlock();
-  *task.result = Launch(*task.request);
+  *task.result = Launch(*task.request, &stack);
   lock.lock();
   if (--pending_ == 0) done_cv_.notify_all();
   return true;
 }
 
 void LaunchPool::Work() {
+  ChildStack stack;
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     work_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
     if (stopping_) return;
-    RunOne(lock);
+    RunOne(lock, stack);
   }
 }
 
@@ -43,7 +44,7 @@ std::vector<absl::StatusOr<LaunchedProcess>> LaunchPool::LaunchAll(
   for (size_t i = 0; i < requests.size(); ++i) queue_.push_back(Task{&requests[i], &results[i]});
   pending_ += static_cast<int>(requests.size());
   work_cv_.notify_all();
-  while (RunOne(lock)) {
+  while (RunOne(lock, caller_stack_)) {
   }
   done_cv_.wait(lock, [this] { return pending_ == 0; });
   return results;

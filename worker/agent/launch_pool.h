@@ -40,14 +40,15 @@ class LaunchPool {
     absl::StatusOr<LaunchedProcess>* result;
   };
   void Work();
-  // Runs queued tasks until the queue is empty; false when it found none.
-  bool RunOne(std::unique_lock<std::mutex>& lock);
+  // Runs one queued task on `stack` (the calling thread's); false when it found none.
+  bool RunOne(std::unique_lock<std::mutex>& lock, ChildStack& stack);
 
   std::mutex mu_;  // guards everything below
   std::condition_variable work_cv_, done_cv_;
   std::deque<Task> queue_;
   int pending_ = 0;  // tasks of the current LaunchAll() not yet finished
   bool stopping_ = false;
+  ChildStack caller_stack_;  // LaunchAll()'s caller's (one thread at a time)
   std::vector<std::thread> threads_;
 };
 

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 
@@ -116,14 +117,30 @@ int ChildMain(void* arg) {
 // The child's stack: it runs only the system calls above.
 constexpr size_t kChildStackBytes = 256 * 1024;
 
+void* MapChildStack() {
+  void* base = ::mmap(nullptr, kChildStackBytes, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  return base == MAP_FAILED ? nullptr : base;
+}
+
 }  // namespace
+
+ChildStack::ChildStack() : base_(MapChildStack()) {}
+
+ChildStack::~ChildStack() {
+  if (base_ != nullptr) ::munmap(base_, kChildStackBytes);
+}
+
+char* ChildStack::top() const {
+  return base_ == nullptr ? nullptr : static_cast<char*>(base_) + kChildStackBytes;
+}
 
 std::string ErrnoText(int err) {
   const char* text = strerrordesc_np(err);
   return text != nullptr ? std::string(text) : absl::StrCat("errno ", err);
 }
 
-absl::StatusOr<LaunchedProcess> Launch(const LaunchRequest& request) {
+absl::StatusOr<LaunchedProcess> Launch(const LaunchRequest& request, ChildStack* stack) {
   // Everything the child touches is prepared here: no allocation after fork.
   std::vector<std::string> arg_storage;
   arg_storage.push_back(request.program);
@@ -178,9 +195,9 @@ absl::StatusOr<LaunchedProcess> Launch(const LaunchRequest& request) {
   const ChildContext context{&request, program,     argv.data(), envp.data(), cwd,
                              max_fd,   ::getpid(),  devnull,     out[1],      err[1],
                              prog[1],  exec_err[1], fence[0]};
-  void* stack = ::mmap(nullptr, kChildStackBytes, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-  if (stack == MAP_FAILED) {
+  std::optional<ChildStack> own_stack;  // only when the caller has none (or its mapping failed)
+  if (stack == nullptr || stack->top() == nullptr) stack = &own_stack.emplace();
+  if (stack->top() == nullptr) {
     const int e = errno;
     close_all();
     return absl::ResourceExhaustedError(absl::StrCat("mmap of the child's stack: ", ErrnoText(e)));
@@ -193,11 +210,10 @@ absl::StatusOr<LaunchedProcess> Launch(const LaunchRequest& request) {
   sigset_t all, saved;
   sigfillset(&all);
   ::pthread_sigmask(SIG_SETMASK, &all, &saved);
-  const pid_t pid = ::clone(ChildMain, static_cast<char*>(stack) + kChildStackBytes,
-                            CLONE_VM | CLONE_VFORK | SIGCHLD, const_cast<ChildContext*>(&context));
+  const pid_t pid = ::clone(ChildMain, stack->top(), CLONE_VM | CLONE_VFORK | SIGCHLD,
+                            const_cast<ChildContext*>(&context));
   const int clone_errno = errno;
   ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
-  ::munmap(stack, kChildStackBytes);
   if (pid < 0) {
     close_all();
     return absl::ResourceExhaustedError(absl::StrCat("clone: ", ErrnoText(clone_errno)));

@@ -62,14 +62,33 @@ struct LaunchedProcess {
   int fence_fd = -1;
 };
 
-// Starts the program. Errors:
+// A stack for the clone's child, mapped once and reused by every Launch() of one thread:
+// CLONE_VFORK keeps the launching thread suspended until the child has exec'd or exited, so the
+// stack is free again when Launch() returns. (Mapping one per launch cost a munmap each, which
+// in a multi-threaded process flushes the TLB of every core: about 5 % of the worker's CPU with
+// back-to-back gangs.) Not thread-safe: one thread's.
+class ChildStack {
+ public:
+  ChildStack();
+  ~ChildStack();
+  ChildStack(const ChildStack&) = delete;
+  ChildStack& operator=(const ChildStack&) = delete;
+  // The stack's highest address (stacks grow down), or null when the mapping failed (then
+  // Launch() maps one of its own).
+  char* top() const;
+
+ private:
+  void* base_ = nullptr;
+};
+
+// Starts the program, on `stack` when given (the calling thread's own). Errors:
 //   FAILED_PRECONDITION — the program could not be executed (missing, not executable, bad
 //     working directory, the user could not be switched); the message names the step and the
 //     errno text, e.g.
 //     "exec /x/loom-train: No such file or directory". Restarting cannot help: permanent.
 //   RESOURCE_EXHAUSTED / INTERNAL — pipe() or fork() failed (out of processes or fds): the node's
 //     trouble, worth a retry.
-absl::StatusOr<LaunchedProcess> Launch(const LaunchRequest& request);
+absl::StatusOr<LaunchedProcess> Launch(const LaunchRequest& request, ChildStack* stack = nullptr);
 
 // Thread-safe strerror.
 std::string ErrnoText(int err);

@@ -19,7 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
-#include "google/protobuf/util/json_util.h"
+#include "common/proto_json.h"
 #include "worker/agent/assignment_validator.h"
 #include "worker/agent/launcher.h"
 #include "worker/agent/line_splitter.h"
@@ -519,16 +519,10 @@ void Supervisor::LaunchJob(loom::v1::Assignment a) {
   // Every sub-message present, so that spec.json shows every field with its default.
   loom::v1::JobSpec spec = a.spec();
   FillTopLevelMessages(&spec);
-  std::string spec_json;
-  google::protobuf::util::JsonPrintOptions print;
-  print.preserve_proto_field_names = true;
-  print.always_print_primitive_fields = true;
-  print.add_whitespace = true;
+  // protobuf's JSON mapping, printed by reflection (common/proto_json.h says why).
+  const std::string spec_json = MessageToJson(spec);
   absl::Status prepared = absl::OkStatus();
   int prepare_errno = 0;
-  if (auto st = google::protobuf::util::MessageToJsonString(spec, &spec_json, print); !st.ok()) {
-    prepared = absl::InternalError(absl::StrCat("spec to JSON: ", std::string(st.message())));
-  }
   std::error_code ec;
   for (const std::string& dir : {paths.work_dir, paths.checkpoint_dir}) {
     if (!prepared.ok()) break;
