@@ -15,6 +15,7 @@
 #include "client/plan_format.h"
 #include "client/request_id.h"
 #include "client/spec_yaml.h"
+#include "client/submit_many.h"
 #include "common/grpc_status.h"
 #include "loom/v1/node.pb.h"
 #include "server/planner/cluster_file.h"
@@ -91,7 +92,8 @@ absl::StatusOr<loom::v1::JobState> ParseJobState(const std::string& text) {
 }
 
 int RunSubmit(CommandContext& ctx, const SubmitArgs& args) {
-  absl::StatusOr<loom::v1::JobSpec> spec = LoadJobSpecFile(args.file);
+  if (args.files.size() != 1) return SubmitMany(ctx, args);
+  absl::StatusOr<loom::v1::JobSpec> spec = LoadJobSpecFile(args.files[0]);
   if (!spec.ok()) return Fail(ctx, spec.status());
   loom::v1::CreateJobRequest request;
   *request.mutable_spec() = *std::move(spec);

@@ -30,7 +30,8 @@ struct CommandContext {
 };
 
 struct SubmitArgs {
-  std::string file;        // the YAML spec; "-" for standard input
+  // The YAML specs, a job each; "-" (alone) for standard input. Several: submit_many.h.
+  std::vector<std::string> files;
   bool wait = false;       // follow the job to its end; exit 1 if it fails or is cancelled
   std::string request_id;  // idempotency key; a fresh random one when empty
 };

@@ -61,12 +61,17 @@ int main(int argc, char** argv) {
   app.add_flag("--insecure", insecure, "Plaintext even to a host that is not loopback");
 
   SubmitArgs submit_args;
-  CLI::App* submit = app.add_subcommand("submit", "Submit a job from a YAML spec");
-  submit->add_option("-f,--file", submit_args.file, "Job spec YAML ('-' for stdin)")->required();
+  CLI::App* submit = app.add_subcommand(
+      "submit", "Submit a job from a YAML spec (or a sweep: -f once per spec, one connection)");
+  submit
+      ->add_option("-f,--file", submit_args.files,
+                   "Job spec YAML ('-' for stdin); repeat for several jobs, submitted together")
+      ->required();
   submit->add_flag("--wait", submit_args.wait,
-                   "Follow the job to its end; exit 1 if it fails or is cancelled");
+                   "Follow the job to its end; exit 1 if it fails or is cancelled (one spec)");
   submit->add_option("--request-id", submit_args.request_id,
-                     "Idempotency key (default: a fresh random id)");
+                     "Idempotency key (default: a fresh random id); with several specs the "
+                     "i-th gets ID-i");
 
   PlanArgs plan_args;
   CLI::App* plan =

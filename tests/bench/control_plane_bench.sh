@@ -16,6 +16,10 @@
 #               do                                                | `sbatch --hold --wrap=true`
 #   storm       LOOPS shell loops x PER_LOOP CLI submits at once, held as above
 #                                                                 | the same with sbatch --hold
+#   sweep       LOOPS x PER_LOOP jobs from one CLI call, held as above: `loomctl submit` with
+#               a -f per spec (one connection, the calls overlapping; "nan" for a build without
+#               it)                        | `sbatch --hold --array=1-N`: one array job of N
+#               tasks, which Slurm stores as one record until its tasks are started
 #   storm-run   Loom only: the storm with the worker running, so the jobs run (1 device each,
 #               8 at a time) while the storm goes on
 #   submit-tls, storm-tls   Loom only: submit and storm (held) against a loomd that serves TLS
@@ -116,6 +120,8 @@ ReturnToService=2
 # The node is declared with 8 CPUs, like Loom's worker with 8 CPU devices, on whatever this
 # machine has: slurmd must take the declared figures instead of marking the node invalid.
 SlurmdParameters=config_overrides
+# Room for the sweep row's array (the default allows indices up to 1000).
+MaxArraySize=100001
 NodeName=$host NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN
 PartitionName=bench Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 EOF
@@ -196,6 +202,30 @@ storm_rate() {
   end=$(now_ns)
   echo "scale=1; $loops * $per_loop * 1000000000 / ($end - $start)" | bc
 }
+# Jobs per second of one call of "$@" that submits $loops * $per_loop jobs and prints a line per
+# job; nan when it printed another count (a build whose submit takes one spec).
+sweep_rate() {
+  local n=$((loops * per_loop)) start end got
+  start=$(now_ns)
+  got=$("$@" 2>/dev/null | wc -l || true)
+  end=$(now_ns)
+  if [ "$got" != "$n" ]; then
+    echo nan
+    return
+  fi
+  echo "scale=1; $n * 1000000000 / ($end - $start)" | bc
+}
+# Slurm's sweep: one array job of $loops * $per_loop tasks.
+slurm_sweep_rate() {
+  local n=$((loops * per_loop)) start end
+  start=$(now_ns)
+  sbatch -Q --hold --array=1-"$n" --wrap=true -o /dev/null >/dev/null 2>&1 || {
+    echo nan
+    return
+  }
+  end=$(now_ns)
+  echo "scale=1; $n * 1000000000 / ($end - $start)" | bc
+}
 wait_children() {  # waits for the storm loops only (not the daemons)
   local p
   for p in $(jobs -p); do
@@ -273,6 +303,14 @@ slurm_turnaround_ms() {
 declare -A results  # "system row" -> newline-separated values
 record() { results["$1 $2"]+="$3"$'\n'; }
 
+# The sweep's specs: a file each, as a sweep's generator writes them.
+mkdir -p "$tmp/sweep"
+sweep_files=()
+for i in $(seq 1 $((loops * per_loop))); do
+  spec 1 | sed "s/^name: bench/name: sweep-$i/" >"$tmp/sweep/s$i.yaml"
+  sweep_files+=(-f "$tmp/sweep/s$i.yaml")
+done
+
 systems=(loom)
 [ -n "$base_bin" ] && systems+=(base)
 [ "$have_slurm" = 1 ] && systems+=(slurm)
@@ -294,6 +332,7 @@ for round in $(seq 1 "$rounds"); do
         kill -STOP "$worker_pid"
         record "$system" submit "$(per_call_ms "${submit[@]}")"
         record "$system" storm "$(storm_rate "${submit[@]}")"
+        record "$system" sweep "$(sweep_rate "$b/loomctl" --server="$server" submit "${sweep_files[@]}")"
         kill -CONT "$worker_pid"
         stop_loom
         start_loom "$b" "$system-$round-tls" tls
@@ -318,6 +357,8 @@ for round in $(seq 1 "$rounds"); do
         scancel -u "$(id -un)" 2>/dev/null || true
         record slurm storm "$(storm_rate sbatch -Q --hold --wrap=true -o /dev/null)"
         scancel -u "$(id -un)" 2>/dev/null || true
+        record slurm sweep "$(slurm_sweep_rate)"
+        scancel -u "$(id -un)" 2>/dev/null || true
         record slurm turnaround "$(slurm_turnaround_ms)"
         ;;
     esac
@@ -330,9 +371,9 @@ printf '%-12s %-8s' row unit
 for system in "${systems[@]}"; do printf ' %-10s' "$system"; done
 [ "${#systems[@]}" -gt 1 ] && for system in "${systems[@]:1}"; do printf ' %-12s' "loom/$system"; done
 echo
-for row in start submit submit-tls storm storm-tls storm-run turnaround gap placed; do
+for row in start submit submit-tls storm storm-tls sweep storm-run turnaround gap placed; do
   unit=ms
-  [[ "$row" = storm* ]] && unit=jobs/s
+  [[ "$row" = storm* || "$row" = sweep ]] && unit=jobs/s
   printf '%-12s %-8s' "$row" "$unit"
   declare -A med=()
   for system in "${systems[@]}"; do
@@ -348,7 +389,7 @@ for row in start submit submit-tls storm storm-tls storm-run turnaround gap plac
       # The ratio says how many times better Loom is: rate / rate, or time / time inverted.
       if [ "${med[$system]}" = nan ] || [ "${med[loom]}" = nan ]; then
         ratio=-
-      elif [[ "$row" = storm* ]]; then
+      elif [[ "$row" = storm* || "$row" = sweep ]]; then
         ratio=$(echo "scale=2; ${med[loom]} / ${med[$system]}" | bc)
       else
         ratio=$(echo "scale=2; ${med[$system]} / ${med[loom]}" | bc)

@@ -9,12 +9,14 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "client/connection.h"
 #include "loom/v1/job.grpc.pb.h"
 #include "loom/v1/node.grpc.pb.h"
@@ -39,6 +41,14 @@ class FakeJobs final : public loom::v1::JobService::Service {
     std::lock_guard<std::mutex> lock(mu);
     creates.push_back(*request);
     if (!create_error.ok()) return create_error;
+    if (name_by_spec) {
+      if (request->spec().name() == "refused") {
+        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "no node has 99 devices");
+      }
+      response->set_name("jobs/" + request->spec().name());
+      response->set_state(loom::v1::QUEUED);
+      return grpc::Status::OK;
+    }
     response->set_name("jobs/j1");
     response->set_state(loom::v1::QUEUED);
     return grpc::Status::OK;
@@ -119,6 +129,8 @@ class FakeJobs final : public loom::v1::JobService::Service {
   grpc::Status create_error = grpc::Status::OK;
   loom::v1::JobReport report;
   std::vector<loom::v1::CreateJobRequest> creates;
+  // Name each job after its spec ("jobs/{spec.name}"), and refuse the spec named "refused".
+  bool name_by_spec = false;
   std::vector<std::string> gets;
   std::vector<loom::v1::ListJobsRequest> lists;
   std::vector<loom::v1::StreamJobLogsRequest> log_requests;
@@ -193,8 +205,8 @@ class CommandsTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
-  std::string WriteSpec(const std::string& yaml) {
-    const std::string path = (dir_ / "job.yaml").string();
+  std::string WriteSpec(const std::string& yaml, const std::string& file = "job.yaml") {
+    const std::string path = (dir_ / file).string();
     std::ofstream(path) << yaml;
     return path;
   }
@@ -265,9 +277,9 @@ TEST_F(CommandsTest, DoctorPrintsTheFindings) {
 
 TEST_F(CommandsTest, SubmitSendsTheSpecAndAFreshRequestId) {
   const std::string file = WriteSpec("resources: {cpu_devices: 2}\ndata: {path: t.bin}\n");
-  EXPECT_EQ(RunSubmit(ctx_, {.file = file}), 0);
-  EXPECT_EQ(RunSubmit(ctx_, {.file = file}), 0);
-  EXPECT_EQ(RunSubmit(ctx_, {.file = file, .request_id = "mine"}), 0);
+  EXPECT_EQ(RunSubmit(ctx_, {.files = {file}}), 0);
+  EXPECT_EQ(RunSubmit(ctx_, {.files = {file}}), 0);
+  EXPECT_EQ(RunSubmit(ctx_, {.files = {file}, .request_id = "mine"}), 0);
   EXPECT_EQ(out_.str(), "jobs/j1\njobs/j1\njobs/j1\n");
   ASSERT_EQ(jobs_.creates.size(), 3u);
   EXPECT_THAT(jobs_.creates[0].request_id(), MatchesRegex("[0-9a-f]{32}"));
@@ -277,9 +289,64 @@ TEST_F(CommandsTest, SubmitSendsTheSpecAndAFreshRequestId) {
   EXPECT_EQ(jobs_.creates[0].spec().data().path(), (dir_ / "t.bin").string());
 }
 
+// A sweep: every file is a job, created over the one connection, printed in the order of the
+// files; --request-id gives the i-th file ID-i, so the same command again gets the same jobs.
+TEST_F(CommandsTest, SubmitOfSeveralSpecsCreatesAJobEachInTheirOrder) {
+  jobs_.name_by_spec = true;
+  std::vector<std::string> files;
+  for (int i = 0; i < 20; ++i) {
+    files.push_back(WriteSpec(absl::StrCat("name: s", i, "\ndata: {path: t.bin}\n"),
+                              absl::StrCat("s", i, ".yaml")));
+  }
+  EXPECT_EQ(RunSubmit(ctx_, {.files = files, .request_id = "sweep"}), 0) << err_.str();
+  std::string expected;
+  for (int i = 0; i < 20; ++i) absl::StrAppend(&expected, "jobs/s", i, "\n");
+  EXPECT_EQ(out_.str(), expected);
+  ASSERT_EQ(jobs_.creates.size(), 20u);
+  std::map<std::string, std::string> id_of;  // spec name -> request id
+  for (const auto& c : jobs_.creates) id_of[c.spec().name()] = c.request_id();
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(id_of[absl::StrCat("s", i)], absl::StrCat("sweep-", i + 1));
+  }
+  EXPECT_EQ(jobs_.creates[0].spec().data().path(), (dir_ / "t.bin").string());
+
+  out_.str("");
+  ctx_.format = OutputFormat::kJson;
+  EXPECT_EQ(RunSubmit(ctx_, {.files = {files[0], files[1]}}), 0);
+  EXPECT_THAT(out_.str(), HasSubstr("\"jobs\""));
+  EXPECT_LT(out_.str().find("jobs/s0"), out_.str().find("jobs/s1"));
+  EXPECT_THAT(jobs_.creates.back().request_id(), MatchesRegex("[0-9a-f]{32}"));
+}
+
+// One bad spec: nothing is sent at all. A job the server refuses: the others are created, the
+// refusal names its file, and the exit code is the refusal's. --wait and stdin are for one spec.
+TEST_F(CommandsTest, ASweepSendsNothingWhenASpecIsBadAndReportsRefusalsByFile) {
+  jobs_.name_by_spec = true;
+  const std::string good = WriteSpec("name: good\n", "good.yaml");
+  const std::string bad = WriteSpec("name: [\n", "bad.yaml");
+  EXPECT_EQ(RunSubmit(ctx_, {.files = {good, bad}}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("bad.yaml:"));
+  EXPECT_THAT(err_.str(), HasSubstr("nothing was submitted"));
+  EXPECT_TRUE(jobs_.creates.empty());
+
+  err_.str("");
+  const std::string refused = WriteSpec("name: refused\n", "refused.yaml");
+  EXPECT_EQ(RunSubmit(ctx_, {.files = {good, refused}}), 2);
+  EXPECT_EQ(out_.str(), "jobs/good\n");
+  EXPECT_THAT(err_.str(), HasSubstr("no node has 99 devices (" + refused + ")"));
+  EXPECT_EQ(jobs_.creates.size(), 2u);
+
+  err_.str("");
+  EXPECT_EQ(RunSubmit(ctx_, {.files = {good, good}, .wait = true}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("--wait follows one job"));
+  EXPECT_EQ(RunSubmit(ctx_, {.files = {good, "-"}}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("standard input"));
+  EXPECT_EQ(jobs_.creates.size(), 2u);
+}
+
 TEST_F(CommandsTest, BadYamlIsExit2AndNothingIsSent) {
   const std::string file = WriteSpec("resources: {cpu_devices: 2\n");
-  EXPECT_EQ(RunSubmit(ctx_, {.file = file}), 2);
+  EXPECT_EQ(RunSubmit(ctx_, {.files = {file}}), 2);
   EXPECT_THAT(err_.str(), HasSubstr("job.yaml:2:1: YAML syntax error"));
   EXPECT_TRUE(jobs_.creates.empty());
 }
@@ -287,7 +354,7 @@ TEST_F(CommandsTest, BadYamlIsExit2AndNothingIsSent) {
 TEST_F(CommandsTest, ServerRejectionIsExit2WithTheServersMessage) {
   jobs_.create_error = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                     "resources.cpu_devices: must be > 0; ask for at least one");
-  EXPECT_EQ(RunSubmit(ctx_, {.file = WriteSpec("name: x\n")}), 2);
+  EXPECT_EQ(RunSubmit(ctx_, {.files = {WriteSpec("name: x\n")}}), 2);
   EXPECT_EQ(err_.str(), "loomctl: resources.cpu_devices: must be > 0; ask for at least one\n");
 }
 
@@ -303,7 +370,7 @@ TEST_F(CommandsTest, UnreachableServerIsExit3NamingTheAddress) {
 TEST_F(CommandsTest, SubmitWaitFollowsToFailureAndExits1) {
   jobs_.watches.push_back({{MakeJob(loom::v1::RUNNING, 1), MakeJob(loom::v1::RUNNING, 2),
                             MakeJob(loom::v1::FAILED, 2)}});
-  EXPECT_EQ(RunSubmit(ctx_, {.file = WriteSpec("name: x\n"), .wait = true}), 1);
+  EXPECT_EQ(RunSubmit(ctx_, {.files = {WriteSpec("name: x\n")}, .wait = true}), 1);
   EXPECT_EQ(out_.str(),
             "jobs/j1\n"
             "jobs/j1 RUNNING  step 1/10 (10%)  loss 2.0000\n"
