@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "common/echo.h"
 #include "common/logging.h"
@@ -598,7 +599,15 @@ void JobManager::ScheduleLocked() {
   const scheduler::Decision decision = scheduler::Schedule(nodes_.Snapshot(), queue);
   for (const scheduler::Waiting& waiting : decision.waiting) {
     auto it = active_.find(waiting.job);
-    if (it != active_.end()) it->second->waiting_reason = waiting.reason;
+    if (it == active_.end()) continue;
+    it->second->waiting_reason = waiting.reason;
+    // The reason is shown to the waiting job's tenant: another tenant's job is not named.
+    auto behind = active_.find(waiting.behind);
+    if (behind != active_.end() &&
+        !store::SameTenant(behind->second->job.tenant(), it->second->job.tenant())) {
+      it->second->waiting_reason =
+          absl::StrReplaceAll(waiting.reason, {{waiting.behind, "another tenant's job"}});
+    }
   }
   for (const scheduler::JobPlacement& placed : decision.placed) {
     auto it = active_.find(placed.job);

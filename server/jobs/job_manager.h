@@ -197,7 +197,9 @@ class JobManager {
   // schedules. ALREADY_EXISTS while the node id is live (a session open and heard from within the
   // node timeout): a second worker cannot take over a running node's id.
   absl::StatusOr<v1::RegisterNodeResponse> RegisterNode(const v1::RegisterNodeRequest& request);
-  v1::ListNodesResponse ListNodes();
+  // Every node. `with_quarantined` false (a caller who is not an admin) leaves out
+  // Node.quarantined: those gangs are named by job, and loomd does not know whose they are.
+  v1::ListNodesResponse ListNodes(bool with_quarantined = true);
   // Marks the node draining (or not, with drain = false): nothing new is placed on it. With
   // move_jobs its gangs are stopped and re-queued without spending restarts; with
   // stop_quarantined its quarantined gangs are cancelled. INVALID_ARGUMENT for a malformed

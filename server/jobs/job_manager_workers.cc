@@ -79,10 +79,13 @@ absl::Status JobManager::RefuseLiveNodeLocked(const std::string& node_name,
       absl::FormatDuration(options_.node_timeout), ")"));
 }
 
-v1::ListNodesResponse JobManager::ListNodes() {
+v1::ListNodesResponse JobManager::ListNodes(bool with_quarantined) {
   absl::MutexLock lock(&mu_);
   v1::ListNodesResponse response;
-  for (v1::Node& node : nodes_.List()) *response.add_nodes() = std::move(node);
+  for (v1::Node& node : nodes_.List()) {
+    if (!with_quarantined) node.clear_quarantined();
+    *response.add_nodes() = std::move(node);
+  }
   return response;
 }
 

@@ -38,10 +38,9 @@ grpc::Status NodeServiceImpl::RegisterNode(grpc::ServerContext* context,
 
 grpc::Status NodeServiceImpl::ListNodes(grpc::ServerContext* context, const v1::ListNodesRequest*,
                                         v1::ListNodesResponse* response) {
-  if (absl::StatusOr<auth::Principal> who = Authenticate(context, authenticator_); !who.ok()) {
-    return ToGrpcStatus(who.status());
-  }
-  *response = manager_->ListNodes();
+  absl::StatusOr<auth::Principal> who = Authenticate(context, authenticator_);
+  if (!who.ok()) return ToGrpcStatus(who.status());
+  *response = manager_->ListNodes(/*with_quarantined=*/who->is_admin());
   return grpc::Status::OK;
 }
 

@@ -285,7 +285,7 @@ Decision Scheduler::Run(const std::vector<JobRequest>& queue) {
   });
 
   Decision decision;
-  std::map<int, std::string> blocked_reason;  // by kind: why later jobs of that kind wait
+  std::map<int, Waiting> blocked_reason;  // by kind: why later jobs of that kind wait (no job)
   for (const JobRequest* job : order) {
     if (std::string invalid = Invalid(*job); !invalid.empty()) {
       decision.waiting.push_back({job->job, std::move(invalid)});
@@ -298,7 +298,7 @@ Decision Scheduler::Run(const std::vector<JobRequest>& queue) {
       continue;
     }
     if (auto bit = blocked_reason.find(job->kind); bit != blocked_reason.end()) {
-      decision.waiting.push_back({job->job, bit->second});
+      decision.waiting.push_back({job->job, bit->second.reason, bit->second.behind});
       continue;
     }
     const std::vector<int> hidden = Hide(*job, *pool);
@@ -317,8 +317,10 @@ Decision Scheduler::Run(const std::vector<JobRequest>& queue) {
       continue;
     }
     decision.waiting.push_back({job->job, WaitReason(*job, *pool)});
-    blocked_reason[job->kind] = "behind " + job->job + " (priority " +
-                                std::to_string(job->priority) + ") which waits for devices";
+    blocked_reason[job->kind] = {"",
+                                 "behind " + job->job + " (priority " +
+                                     std::to_string(job->priority) + ") which waits for devices",
+                                 job->job};
   }
   return decision;
 }

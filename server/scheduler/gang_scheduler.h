@@ -80,6 +80,9 @@ struct JobPlacement {
 struct Waiting {
   std::string job;
   std::string reason;  // e.g. "needs 8 CPU devices in groups of 2; 3 free on 2 ready nodes"
+  // The queued job this one waits behind, which `reason` names ("behind jobs/x (priority 5)
+  // ..."), or empty: a caller that shows the reason to another tenant hides that name.
+  std::string behind;
 };
 
 struct Decision {

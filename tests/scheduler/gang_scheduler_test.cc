@@ -182,6 +182,19 @@ std::vector<Case> HandWrittenCases() {
   return cases;
 }
 
+// A job held back by the gang ahead of it names that gang, and says which it is in `behind`,
+// so that loomd can hide the name from another tenant.
+TEST(GangSchedulerTest, AJobWaitingBehindAGangSaysWhichGang) {
+  const Decision d =
+      Schedule({FreeNode("a", 8, 16)}, {Job("big", 16, 1, 0, 1), Job("small", 1, 1, 0, 2)});
+  ASSERT_EQ(d.waiting.size(), 2u);
+  EXPECT_EQ(d.waiting[0].job, "jobs/big");
+  EXPECT_EQ(d.waiting[0].behind, "");
+  EXPECT_EQ(d.waiting[1].job, "jobs/small");
+  EXPECT_EQ(d.waiting[1].behind, "jobs/big");
+  EXPECT_THAT(d.waiting[1].reason, HasSubstr("behind jobs/big"));
+}
+
 TEST(GangSchedulerTest, HandWrittenCases) {
   for (const Case& c : HandWrittenCases()) {
     SCOPED_TRACE(c.name);

@@ -466,6 +466,10 @@ TEST_F(ReliabilityTest, UnknownGangsAreQuarantinedNotKilledAfterAFreshStart) {
   EXPECT_TRUE(Cancels(sink->Take()).empty());
   EXPECT_THAT(NodeNamed("nodes/a").quarantined(), ::testing::ElementsAre("jobs/lost-job@3"));
   EXPECT_EQ(manager_->MetricsSnapshot().quarantined_gangs, 1);
+  // Only admins are shown the gangs (named by job, of no known tenant).
+  const v1::ListNodesResponse for_users = manager_->ListNodes(/*with_quarantined=*/false);
+  ASSERT_EQ(for_users.nodes_size(), 1);
+  EXPECT_TRUE(for_users.nodes(0).quarantined().empty());
   // Its reports are ignored quietly (no cancel).
   Send("a", Step("jobs/lost-job", 3, 0, 7, 100, 2.0));
   EXPECT_TRUE(Cancels(sink->Take()).empty());

@@ -265,6 +265,26 @@ TEST_F(JobManagerTest, AGangsEndAndTheNextPlacementShareOneSync) {
   EXPECT_EQ(sink->TakeAssignments().size(), 1u);
 }
 
+// A queued job waiting behind another tenant's gang is told so without that job's name; behind
+// its own tenant's, the name helps and is given.
+TEST_F(JobManagerTest, AWaitingReasonNamesNoOtherTenantsJob) {
+  auto sink = Connect("n1", 2);
+  auto create = [&](int devices, const std::string& tenant) {
+    absl::StatusOr<v1::Job> job = manager_->CreateJob(CreateRequest(CpuSpec(devices)), tenant);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.value_or(v1::Job()).name();
+  };
+  create(2, "team-a");                           // runs, on both devices
+  const std::string head = create(2, "team-a");  // waits for devices
+  const std::string theirs = create(1, "team-b");
+  const std::string ours = create(1, "team-a");
+  manager_->Tick();  // a scheduling pass (a create that cannot fit skips it)
+  EXPECT_THAT(Get(head).state_reason(), HasSubstr("needs 2 CPU devices"));
+  EXPECT_THAT(Get(theirs).state_reason(), HasSubstr("behind another tenant's job (priority 0)"));
+  EXPECT_THAT(Get(theirs).state_reason(), Not(HasSubstr(head)));
+  EXPECT_THAT(Get(ours).state_reason(), HasSubstr("behind " + head + " (priority 0)"));
+}
+
 TEST_F(JobManagerTest, CreateScheduleRunSucceed) {
   auto sink = Connect("n1", 4);
   absl::StatusOr<v1::Job> created = manager_->CreateJob(CreateRequest(CpuSpec(2)));
