@@ -71,7 +71,8 @@
 //   loom_scaling_efficiency_ratio{job, devices}
 //                                             gauge, the scaling efficiency against linear of the
 //                                             latest finished sweep of each job name (the spec's
-//                                             name), per size (server/scaling); set when a sweep
+//                                             name, "TENANT/name" outside the default tenant:
+//                                             ScalingMetricJob), per size; set when a sweep
 //                                             finishes, at most kMaxScalingJobs job names (the
 //                                             least recently set dropped)
 // The per-job and per-rank series carry the job id (bounded by the active jobs) and the rank

@@ -15,6 +15,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "server/auth/principal.h"
 #include "server/jobs/job_manager_helpers.h"
 #include "server/scaling/attribution.h"
 #include "server/scaling/sweep.h"
@@ -415,8 +416,14 @@ void ScaleTestManager::PublishMetric(const v1::ScaleTest& test) {
   for (const v1::ScalePoint& p : test.points()) {
     if (p.measured() && p.efficiency() > 0) efficiency[p.devices()] = p.efficiency();
   }
-  metrics_->SetScalingEfficiency(test.spec().name().empty() ? "job" : test.spec().name(),
-                                 efficiency);
+  metrics_->SetScalingEfficiency(ScalingMetricJob(test), efficiency);
+}
+
+std::string ScalingMetricJob(const v1::ScaleTest& test) {
+  const std::string name = test.spec().name().empty() ? "job" : test.spec().name();
+  // Another tenant's sweep of a job with the same name must not replace this one's series.
+  if (test.tenant().empty() || test.tenant() == auth::kDefaultTenant) return name;
+  return absl::StrCat(test.tenant(), "/", name);
 }
 
 void ScaleTestManager::StartTicker(absl::Duration interval) {

@@ -109,4 +109,9 @@ class ScaleTestManager {
 absl::StatusOr<std::string> ParseScaleTestName(const std::string& name,
                                                const std::string& field = "name");
 
+// The `job` label of a sweep's loom_scaling_efficiency_ratio series: spec.name (or "job"),
+// prefixed "TENANT/" for a tenant other than the default one, so that two tenants' sweeps of
+// jobs with the same name keep their own series.
+std::string ScalingMetricJob(const v1::ScaleTest& test);
+
 }  // namespace loom::scaling

@@ -7,6 +7,7 @@
 
 #include "common/metrics.h"
 #include "server/metrics/server_metrics.h"
+#include "server/scaling/scale_test_manager.h"
 
 namespace loom::server_metrics {
 namespace {
@@ -40,3 +41,22 @@ TEST(ScalingEfficiencyMetric, AtMostAHundredJobNamesTheLeastRecentlySweptDropped
 
 }  // namespace
 }  // namespace loom::server_metrics
+
+namespace loom::scaling {
+namespace {
+
+// Two tenants' sweeps of jobs with the same name each keep their own series.
+TEST(ScalingEfficiencyMetric, TheJobLabelKeepsTenantsApart) {
+  v1::ScaleTest test;
+  test.mutable_spec()->set_name("gpt2");
+  EXPECT_EQ(ScalingMetricJob(test), "gpt2");  // stored before tenants existed
+  test.set_tenant("default");
+  EXPECT_EQ(ScalingMetricJob(test), "gpt2");
+  test.set_tenant("team-b");
+  EXPECT_EQ(ScalingMetricJob(test), "team-b/gpt2");
+  test.mutable_spec()->clear_name();
+  EXPECT_EQ(ScalingMetricJob(test), "team-b/job");
+}
+
+}  // namespace
+}  // namespace loom::scaling
