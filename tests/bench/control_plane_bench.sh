@@ -33,6 +33,9 @@
 #   gap         Loom only, from the turnaround jobs' events: one job SUCCEEDED -> the next one
 #               RUNNING, for the next jobs already queued then ("from release")
 #   placed      Loom only: the part of the gap until the next job is SCHEDULED
+#   cpu-loomd, cpu-worker, cpu-ranks   Loom only: CPU milliseconds per turnaround job spent by
+#               loomd, by loom-worker, and by the rank processes (the worker's reaped
+#               children, whose figure has the kernel's 10 ms tick as its grain)
 # Loom runs loomd --insecure on loopback with one loom-worker of 8 CPU devices whose rank
 # program is /bin/true (a rank that exits 0 at once).
 #
@@ -160,6 +163,7 @@ start_loom() {
   mkdir -p "$dir"
   "$b/loomd" --listen=127.0.0.1:0 --metrics-listen=127.0.0.1:0 --state-dir="$dir/state" \
     --ready-file="$dir/loomd.ready" "${daemon_flags[@]}" >"$dir/loomd.log" 2>&1 &
+  loomd_pid=$!
   pids+=($!)
   for _ in $(seq 1 100); do [ -s "$dir/loomd.ready" ] && break; sleep 0.05; done
   server=$(sed -n 's/.*"grpc":"\([^"]*\)".*/\1/p' "$dir/loomd.ready")
@@ -176,6 +180,13 @@ stop_loom() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null && kill -CONT "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   pids=()
+}
+
+# Nanoseconds of CPU that process $1's live threads have run (/proc/PID/task/*/schedstat).
+cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%d", s}'; }
+# Nanoseconds of CPU of process $1's reaped children (cutime + cstime, in clock ticks).
+children_cpu_ns() {
+  awk -v hz="$(getconf CLK_TCK)" '{printf "%d", ($16 + $17) * 1000000000 / hz}' /proc/"$1"/stat
 }
 
 spec() {  # a trivial job on $1 CPU devices
@@ -251,10 +262,18 @@ loom_turnaround_ms() {
   "$b/loomctl" --server="$server" watch "$last" >"$tmp/watch.out" 2>&1 &
   local watcher=$!
   for _ in $(seq 1 500); do [ -s "$tmp/watch.out" ] && break; sleep 0.01; done
+  local l0 w0 r0
+  l0=$(cpu_ns "$loomd_pid")
+  w0=$(cpu_ns "$worker_pid")
+  r0=$(children_cpu_ns "$worker_pid")
   start=$(now_ns)
   kill -CONT "$worker_pid"
   wait "$watcher" || true
   end=$(now_ns)
+  # Microseconds of CPU per job, for the cpu-* rows (the caller reads them from this file).
+  echo "$((($(cpu_ns "$loomd_pid") - l0) / jobs / 1000))" \
+    "$((($(cpu_ns "$worker_pid") - w0) / jobs / 1000))" \
+    "$((($(children_cpu_ns "$worker_pid") - r0) / jobs / 1000))" >"$tmp/cpu_us"
   state=$("$b/loomctl" --server="$server" -o json get "$last" |
     sed -n 's/^  "state": *"\([A-Z]*\)".*/\1/p' | head -1)
   [ "$state" = SUCCEEDED ] || echo "control_plane_bench: the last job ended $state" >&2
@@ -346,6 +365,10 @@ for round in $(seq 1 "$rounds"); do
         stop_loom
         start_loom "$b" "$system-$round-turnaround"
         record "$system" turnaround "$(loom_turnaround_ms "$b")"
+        read -r cpu_loomd cpu_worker cpu_ranks <"$tmp/cpu_us"
+        record "$system" cpu-loomd "$(echo "scale=2; $cpu_loomd / 1000" | bc)"
+        record "$system" cpu-worker "$(echo "scale=2; $cpu_worker / 1000" | bc)"
+        record "$system" cpu-ranks "$(echo "scale=2; $cpu_ranks / 1000" | bc)"
         read -r gap placed <<<"$(loom_gap_ms "$b")"
         record "$system" gap "$gap"
         record "$system" placed "$placed"
@@ -371,7 +394,8 @@ printf '%-12s %-8s' row unit
 for system in "${systems[@]}"; do printf ' %-10s' "$system"; done
 [ "${#systems[@]}" -gt 1 ] && for system in "${systems[@]:1}"; do printf ' %-12s' "loom/$system"; done
 echo
-for row in start submit submit-tls storm storm-tls sweep storm-run turnaround gap placed; do
+for row in start submit submit-tls storm storm-tls sweep storm-run turnaround gap placed \
+  cpu-loomd cpu-worker cpu-ranks; do
   unit=ms
   [[ "$row" = storm* || "$row" = sweep ]] && unit=jobs/s
   printf '%-12s %-8s' "$row" "$unit"
