@@ -92,7 +92,10 @@ absl::StatusOr<loom::v1::JobState> ParseJobState(const std::string& text) {
 }
 
 int RunSubmit(CommandContext& ctx, const SubmitArgs& args) {
-  if (args.files.size() != 1) return SubmitMany(ctx, args);
+  if (args.files.empty()) {
+    return Fail(ctx, absl::InvalidArgumentError("give the job spec with -f FILE ('-' for stdin)"));
+  }
+  if (args.files.size() > 1) return SubmitMany(ctx, args);
   absl::StatusOr<loom::v1::JobSpec> spec = LoadJobSpecFile(args.files[0]);
   if (!spec.ok()) return Fail(ctx, spec.status());
   loom::v1::CreateJobRequest request;

@@ -44,7 +44,7 @@ int SubmitMany(CommandContext& ctx, const SubmitArgs& args) {
              << std::endl;
     return kExitInvalidInput;
   }
-  if (std::count(files.begin(), files.end(), "-") > 0) {
+  if (std::find(files.begin(), files.end(), "-") != files.end()) {
     *ctx.err << "loomctl: -f - (standard input) can only be the one spec of a submit; give "
                 "the sweep's specs as files"
              << std::endl;

@@ -204,7 +204,6 @@ absl::Status JobManager::HandleWorkerMessage(std::string_view node_id, uint64_t 
         const bool held = HoldsDevicesLocked(message.rank_status().job());
         HandleRankStatusLocked(node_name, message.rank_status());
         if (held && !HoldsDevicesLocked(message.rank_status().job())) ScheduleLocked();
-        SyncHeldLocked();  // a gang's end, unless the next gang's placement synced it
         break;
       }
       case v1::WorkerMessage::kStep:
@@ -225,6 +224,9 @@ absl::Status JobManager::HandleWorkerMessage(std::string_view node_id, uint64_t 
         return absl::InvalidArgumentError(
             "msg is empty; send one of heartbeat, rank_status, step or logs");
     }
+    // Whatever the message ended (a gang's success commits kWithNextSync), on disk and told
+    // before the lock is released: synced by the next gang's placement above, or here.
+    SyncHeldLocked();
   }
   // Disk I/O for logs happens outside the lock.
   if (message.has_logs()) AppendLogs(node_name, message.logs());
@@ -314,8 +316,8 @@ void JobManager::HandleRankStatusLocked(const std::string& node, const v1::RankS
       // the transition).
       std::optional<v1::Job> finished;
       if (calibrator_ != nullptr && updated.has_plan_check()) finished = updated;
-      // Unsynced until the next gang's placement (the caller schedules right after) or the
-      // caller's SyncHeldLocked() syncs it: one sync between two gangs instead of two.
+      // Unsynced until the next gang's placement (the caller schedules right after) or
+      // HandleWorkerMessage's SyncHeldLocked() syncs it: one sync between two gangs, not two.
       absl::Status s = TransitionLocked(
           *it->second, std::move(updated), v1::SUCCEEDED,
           absl::StrCat("all ", it->second->world_size, " ranks exited successfully"),

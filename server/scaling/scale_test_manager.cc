@@ -422,7 +422,7 @@ void ScaleTestManager::PublishMetric(const v1::ScaleTest& test) {
 std::string ScalingMetricJob(const v1::ScaleTest& test) {
   const std::string name = test.spec().name().empty() ? "job" : test.spec().name();
   // Another tenant's sweep of a job with the same name must not replace this one's series.
-  if (test.tenant().empty() || test.tenant() == auth::kDefaultTenant) return name;
+  if (store::SameTenant(test.tenant(), auth::kDefaultTenant)) return name;
   return absl::StrCat(test.tenant(), "/", name);
 }
 

@@ -285,7 +285,8 @@ Decision Scheduler::Run(const std::vector<JobRequest>& queue) {
   });
 
   Decision decision;
-  std::map<int, Waiting> blocked_reason;  // by kind: why later jobs of that kind wait (no job)
+  // By kind: the gang that waits for devices, which later jobs of that kind wait behind.
+  std::map<int, const JobRequest*> blocked_by;
   for (const JobRequest* job : order) {
     if (std::string invalid = Invalid(*job); !invalid.empty()) {
       decision.waiting.push_back({job->job, std::move(invalid)});
@@ -297,8 +298,12 @@ Decision Scheduler::Run(const std::vector<JobRequest>& queue) {
       decision.waiting.push_back({job->job, NeverReason(*job, pool)});
       continue;
     }
-    if (auto bit = blocked_reason.find(job->kind); bit != blocked_reason.end()) {
-      decision.waiting.push_back({job->job, bit->second.reason, bit->second.behind});
+    if (auto bit = blocked_by.find(job->kind); bit != blocked_by.end()) {
+      const JobRequest& ahead = *bit->second;
+      decision.waiting.push_back({job->job,
+                                  "behind " + ahead.job + " (priority " +
+                                      std::to_string(ahead.priority) + ") which waits for devices",
+                                  ahead.job});
       continue;
     }
     const std::vector<int> hidden = Hide(*job, *pool);
@@ -317,10 +322,7 @@ Decision Scheduler::Run(const std::vector<JobRequest>& queue) {
       continue;
     }
     decision.waiting.push_back({job->job, WaitReason(*job, *pool)});
-    blocked_reason[job->kind] = {"",
-                                 "behind " + job->job + " (priority " +
-                                     std::to_string(job->priority) + ") which waits for devices",
-                                 job->job};
+    blocked_by[job->kind] = job;
   }
   return decision;
 }

@@ -341,6 +341,8 @@ TEST_F(CommandsTest, ASweepSendsNothingWhenASpecIsBadAndReportsRefusalsByFile) {
   EXPECT_THAT(err_.str(), HasSubstr("--wait follows one job"));
   EXPECT_EQ(RunSubmit(ctx_, {.files = {good, "-"}}), 2);
   EXPECT_THAT(err_.str(), HasSubstr("standard input"));
+  EXPECT_EQ(RunSubmit(ctx_, {}), 2);  // no spec at all
+  EXPECT_THAT(err_.str(), HasSubstr("-f FILE"));
   EXPECT_EQ(jobs_.creates.size(), 2u);
 }
 
