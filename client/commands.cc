@@ -49,7 +49,7 @@ absl::StatusOr<Job> GetJob(CommandContext& ctx, const std::string& name) {
   loom::v1::GetJobRequest request;
   request.set_name(name);
   Job job;
-  const absl::Status s = FromGrpcStatus(ctx.connection->jobs().GetJob(&context, request, &job));
+  const absl::Status s = FromGrpcStatus(ctx.connection->GetJob(&context, request, &job));
   if (!s.ok()) return s;
   return job;
 }
@@ -104,7 +104,7 @@ int RunSubmit(CommandContext& ctx, const SubmitArgs& args) {
   grpc::ClientContext context;
   ctx.connection->PrepareUnary(&context);
   Job job;
-  const absl::Status s = FromGrpcStatus(ctx.connection->jobs().CreateJob(&context, request, &job));
+  const absl::Status s = FromGrpcStatus(ctx.connection->CreateJob(&context, request, &job));
   if (!s.ok()) return Fail(ctx, s);
   if (!args.wait) {
     if (ctx.format == OutputFormat::kTable) {
@@ -192,8 +192,7 @@ int RunList(CommandContext& ctx, const std::string& state_arg) {
     grpc::ClientContext context;
     ctx.connection->PrepareUnary(&context);
     loom::v1::ListJobsResponse page;
-    const absl::Status s =
-        FromGrpcStatus(ctx.connection->jobs().ListJobs(&context, request, &page));
+    const absl::Status s = FromGrpcStatus(ctx.connection->ListJobs(&context, request, &page));
     if (!s.ok()) return Fail(ctx, s);
     for (Job& job : *page.mutable_jobs()) *all.add_jobs() = std::move(job);
     if (page.next_page_token().empty()) break;
@@ -257,7 +256,7 @@ int RunCancel(CommandContext& ctx, const std::string& job_arg) {
   loom::v1::CancelJobRequest request;
   request.set_name(*name);
   Job job;
-  const absl::Status s = FromGrpcStatus(ctx.connection->jobs().CancelJob(&context, request, &job));
+  const absl::Status s = FromGrpcStatus(ctx.connection->CancelJob(&context, request, &job));
   if (!s.ok()) return Fail(ctx, s);
   if (ctx.format == OutputFormat::kTable) {
     if (job.state() == loom::v1::CANCELLED) {

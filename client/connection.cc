@@ -49,20 +49,80 @@ absl::StatusOr<std::string> ResolveToken(const std::string& flag, const std::str
   return std::string(env == nullptr ? "" : env);
 }
 
-Connection::Connection(std::string server, absl::Duration rpc_timeout)
-    : Connection(std::move(server), rpc_timeout, grpc::InsecureChannelCredentials(), "") {}
+Connection::Connection(std::string server, absl::Duration rpc_timeout, std::string token,
+                       UnaryTransport transport)
+    : server_(std::move(server)), rpc_timeout_(rpc_timeout), token_(std::move(token)) {
+  if (transport == UnaryTransport::kWire) wire_ = std::make_unique<WireClient>(server_, token_);
+}
 
 Connection::Connection(std::string server, absl::Duration rpc_timeout,
                        std::shared_ptr<grpc::ChannelCredentials> credentials, std::string token)
-    : server_(std::move(server)), rpc_timeout_(rpc_timeout), token_(std::move(token)) {
-  grpc::ChannelArguments args;
-  // Large job lists and log pages: accept what loomd may send.
-  args.SetMaxReceiveMessageSize(64 << 20);
-  const std::string target = ChannelTarget(server_, &args);
-  channel_ = grpc::CreateCustomChannel(target, credentials, args);
-  jobs_ = loom::v1::JobService::NewStub(channel_);
-  nodes_ = loom::v1::NodeService::NewStub(channel_);
-  scaling_ = loom::v1::ScalingService::NewStub(channel_);
+    : server_(std::move(server)),
+      rpc_timeout_(rpc_timeout),
+      token_(std::move(token)),
+      credentials_(std::move(credentials)) {}
+
+Connection::~Connection() = default;
+
+void Connection::MakeChannel() {
+  std::call_once(channel_once_, [this] {
+    grpc::ChannelArguments args;
+    // Large job lists and log pages: accept what loomd may send.
+    args.SetMaxReceiveMessageSize(kWireMaxResponseBytes);
+    const std::string target = ChannelTarget(server_, &args);
+    channel_ = grpc::CreateCustomChannel(
+        target, credentials_ != nullptr ? credentials_ : grpc::InsecureChannelCredentials(), args);
+    jobs_ = loom::v1::JobService::NewStub(channel_);
+    nodes_ = loom::v1::NodeService::NewStub(channel_);
+    scaling_ = loom::v1::ScalingService::NewStub(channel_);
+  });
+}
+
+loom::v1::JobService::StubInterface& Connection::jobs() {
+  MakeChannel();
+  return *jobs_;
+}
+loom::v1::NodeService::StubInterface& Connection::nodes() {
+  MakeChannel();
+  return *nodes_;
+}
+loom::v1::ScalingService::StubInterface& Connection::scaling() {
+  MakeChannel();
+  return *scaling_;
+}
+
+grpc::Status Connection::Wire(std::string_view path, grpc::ClientContext* context,
+                              const google::protobuf::MessageLite& request,
+                              google::protobuf::MessageLite* response) {
+  absl::MutexLock lock(&wire_mu_);
+  return wire_->Call(path, request, response, absl::FromChrono(context->deadline()));
+}
+
+grpc::Status Connection::CreateJob(grpc::ClientContext* context,
+                                   const loom::v1::CreateJobRequest& request,
+                                   loom::v1::Job* response) {
+  if (wire_ == nullptr) return jobs().CreateJob(context, request, response);
+  return Wire("/loom.v1.JobService/CreateJob", context, request, response);
+}
+
+grpc::Status Connection::GetJob(grpc::ClientContext* context,
+                                const loom::v1::GetJobRequest& request, loom::v1::Job* response) {
+  if (wire_ == nullptr) return jobs().GetJob(context, request, response);
+  return Wire("/loom.v1.JobService/GetJob", context, request, response);
+}
+
+grpc::Status Connection::ListJobs(grpc::ClientContext* context,
+                                  const loom::v1::ListJobsRequest& request,
+                                  loom::v1::ListJobsResponse* response) {
+  if (wire_ == nullptr) return jobs().ListJobs(context, request, response);
+  return Wire("/loom.v1.JobService/ListJobs", context, request, response);
+}
+
+grpc::Status Connection::CancelJob(grpc::ClientContext* context,
+                                   const loom::v1::CancelJobRequest& request,
+                                   loom::v1::Job* response) {
+  if (wire_ == nullptr) return jobs().CancelJob(context, request, response);
+  return Wire("/loom.v1.JobService/CancelJob", context, request, response);
 }
 
 void Connection::PrepareStream(grpc::ClientContext* context) const {

@@ -5,10 +5,15 @@
 #include <grpcpp/grpcpp.h>
 
 #include <memory>
+#include <mutex>
 #include <string>
+#include <string_view>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "client/wire_client.h"
 #include "loom/v1/job.grpc.pb.h"
 #include "loom/v1/node.grpc.pb.h"
 #include "loom/v1/scaling.grpc.pb.h"
@@ -25,21 +30,43 @@ std::string ResolveServerAddress(const std::string& flag);
 // $LOOM_TOKEN_FILE), else $LOOM_TOKEN; empty when none is set.
 absl::StatusOr<std::string> ResolveToken(const std::string& flag, const std::string& file_flag);
 
+// How a plaintext connection makes the unary calls of scripts (CreateJob, GetJob, ListJobs,
+// CancelJob): on the wire without gRPC's runtime (client/wire_client.h), or through gRPC.
+enum class UnaryTransport { kWire, kGrpc };
+
 // A connection to one loomd. Unary calls carry `rpc_timeout` as their deadline and fail fast
 // (UNAVAILABLE) when the server cannot be reached; streams have no deadline.
+//
+// gRPC's channel (and with it gRPC's runtime: its threads and pollers) is made on the first use
+// of jobs(), nodes() or scaling(), not before: a plaintext `loomctl submit`, `get`, `list` or
+// `cancel` never starts it. Thread-safe: jobs() and the other stubs from any thread; the wire
+// calls one at a time (a mutex).
 class Connection {
  public:
-  // Plaintext, no token (tests against a local fake).
-  Connection(std::string server, absl::Duration rpc_timeout);
-  // With `credentials` (common/tls.h) and, when not empty, `token` sent as
-  // "authorization: Bearer TOKEN" on every call.
+  // Plaintext (loopback, or --insecure), with `token` sent as "authorization: Bearer TOKEN"
+  // when not empty.
+  Connection(std::string server, absl::Duration rpc_timeout, std::string token = "",
+             UnaryTransport transport = UnaryTransport::kWire);
+  // With `credentials` (common/tls.h): every call goes through gRPC.
   Connection(std::string server, absl::Duration rpc_timeout,
              std::shared_ptr<grpc::ChannelCredentials> credentials, std::string token);
+  ~Connection();
 
   const std::string& server() const { return server_; }
-  loom::v1::JobService::StubInterface& jobs() { return *jobs_; }
-  loom::v1::NodeService::StubInterface& nodes() { return *nodes_; }
-  loom::v1::ScalingService::StubInterface& scaling() { return *scaling_; }
+  loom::v1::JobService::StubInterface& jobs();
+  loom::v1::NodeService::StubInterface& nodes();
+  loom::v1::ScalingService::StubInterface& scaling();
+
+  // The unary calls of scripts: on the wire when this connection is plaintext, else jobs().
+  // `context` carries the deadline (PrepareUnary); the token is the connection's.
+  grpc::Status CreateJob(grpc::ClientContext* context, const loom::v1::CreateJobRequest& request,
+                         loom::v1::Job* response);
+  grpc::Status GetJob(grpc::ClientContext* context, const loom::v1::GetJobRequest& request,
+                      loom::v1::Job* response);
+  grpc::Status ListJobs(grpc::ClientContext* context, const loom::v1::ListJobsRequest& request,
+                        loom::v1::ListJobsResponse* response);
+  grpc::Status CancelJob(grpc::ClientContext* context, const loom::v1::CancelJobRequest& request,
+                         loom::v1::Job* response);
 
   // Sets the deadline of a unary call on `context`, and its credentials.
   void PrepareUnary(grpc::ClientContext* context) const;
@@ -47,13 +74,24 @@ class Connection {
   void PrepareStream(grpc::ClientContext* context) const;
 
  private:
+  void MakeChannel();
+  grpc::Status Wire(std::string_view path, grpc::ClientContext* context,
+                    const google::protobuf::MessageLite& request,
+                    google::protobuf::MessageLite* response);
+
   std::string server_;
   absl::Duration rpc_timeout_;
   std::string token_;
+  std::shared_ptr<grpc::ChannelCredentials> credentials_;  // null: plaintext, made when needed
+  std::once_flag channel_once_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<loom::v1::JobService::Stub> jobs_;
   std::unique_ptr<loom::v1::NodeService::Stub> nodes_;
   std::unique_ptr<loom::v1::ScalingService::Stub> scaling_;
+  absl::Mutex wire_mu_;
+  // Null: every call on gRPC. Set by the constructor and never replaced; wire_mu_ serializes its
+  // calls.
+  std::unique_ptr<WireClient> wire_;
 };
 
 }  // namespace loom::client

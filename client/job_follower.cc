@@ -82,8 +82,7 @@ absl::StatusOr<loom::v1::Job> FollowJob(Connection& connection, const std::strin
     loom::v1::GetJobRequest request;
     request.set_name(name);
     loom::v1::Job job;
-    const absl::Status get_status =
-        FromGrpcStatus(connection.jobs().GetJob(&context, request, &job));
+    const absl::Status get_status = FromGrpcStatus(connection.GetJob(&context, request, &job));
     if (get_status.ok()) {
       had_contact = true;
       last_contact = absl::Now();

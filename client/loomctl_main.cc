@@ -5,8 +5,10 @@
 #include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "absl/time/time.h"
 #include "client/commands.h"
@@ -168,19 +170,35 @@ int main(int argc, char** argv) {
     if (const char* env = std::getenv("LOOM_TLS_CA"); env != nullptr) tls.ca = env;
   }
   const std::string address = ResolveServerAddress(server);
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
-      loom::MakeChannelCredentials(tls, insecure, address, "--tls");
+  absl::StatusOr<bool> plaintext = loom::ChannelIsPlaintext(tls, insecure, address, "--tls");
   absl::StatusOr<std::string> bearer = ResolveToken(token, token_file);
-  for (const absl::Status& s : {credentials.status(), bearer.status()}) {
+  for (const absl::Status& s : {plaintext.status(), bearer.status()}) {
     if (!s.ok()) {
       std::cerr << "loomctl: " << s.message() << "\n";
       return kExitInvalidInput;
     }
   }
-  Connection connection(address, absl::Milliseconds(static_cast<int64_t>(timeout_seconds * 1000)),
-                        *credentials, *bearer);
+  const absl::Duration rpc_timeout =
+      absl::Milliseconds(static_cast<int64_t>(timeout_seconds * 1000));
+  // Plaintext: the unary calls go on the wire without gRPC's runtime (client/wire_client.h),
+  // unless LOOM_CLIENT_TRANSPORT=grpc asks for gRPC's. TLS: everything through gRPC.
+  std::unique_ptr<Connection> connection;
+  if (*plaintext) {
+    const char* transport = std::getenv("LOOM_CLIENT_TRANSPORT");
+    const bool grpc_only = transport != nullptr && std::string_view(transport) == "grpc";
+    connection = std::make_unique<Connection>(
+        address, rpc_timeout, *bearer, grpc_only ? UnaryTransport::kGrpc : UnaryTransport::kWire);
+  } else {
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+        loom::MakeChannelCredentials(tls, insecure, address, "--tls");
+    if (!credentials.ok()) {
+      std::cerr << "loomctl: " << credentials.status().message() << "\n";
+      return kExitInvalidInput;
+    }
+    connection = std::make_unique<Connection>(address, rpc_timeout, *credentials, *bearer);
+  }
   CommandContext ctx;
-  ctx.connection = &connection;
+  ctx.connection = connection.get();
   ctx.format = *ParseOutputFormat(output);  // checked by CLI::IsMember above
   ctx.out = &std::cout;
   ctx.err = &std::cerr;

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Link launcher for loomctl (client/CMakeLists.txt sets it as the target's RULE_LAUNCH_LINK): runs
 # the link command CMake wrote, with every shared library that has a static archive next to it
-# (gRPC, protobuf, Abseil, yaml-cpp, OpenSSL, c-ares, re2, zlib, upb: Debian ships the .a files
-# in the -dev packages) replaced by that archive, libstdc++ and libgcc linked statically, and a
+# (gRPC, protobuf, Abseil, yaml-cpp, OpenSSL, c-ares, re2, zlib, upb, nghttp2: Debian ships the
+# .a files in the -dev packages) replaced by that archive, libstdc++ and libgcc linked statically, and a
 # position-dependent executable (-no-pie: no start-up relocation of the binary's own pointers).
 # glibc (libc, libm, libdl, librt, libpthread) stays shared: a static glibc cannot use NSS, and
 # it costs the loader almost nothing. A library without a .a stays as it was, so the link never

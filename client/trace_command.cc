@@ -42,7 +42,7 @@ absl::StatusOr<loom::v1::JobState> WaitForSteps(CommandContext& ctx, const std::
     loom::v1::GetJobRequest request;
     request.set_name(name);
     loom::v1::Job job;
-    RETURN_IF_ERROR(FromGrpcStatus(ctx.connection->jobs().GetJob(&context, request, &job)));
+    RETURN_IF_ERROR(FromGrpcStatus(ctx.connection->GetJob(&context, request, &job)));
     const bool ended = job.state() == loom::v1::SUCCEEDED || job.state() == loom::v1::FAILED ||
                        job.state() == loom::v1::CANCELLED;
     // The step the job reports is the last one done; the ring holds it once it was reported.

@@ -102,19 +102,25 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
   return grpc::experimental::TlsServerCredentials(options);
 }
 
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
-    const TlsFiles& files, bool insecure, absl::string_view target, absl::string_view flag_prefix) {
+absl::StatusOr<bool> ChannelIsPlaintext(const TlsFiles& files, bool insecure,
+                                        absl::string_view target, absl::string_view flag_prefix) {
   absl::StatusOr<HostPort> hp = ParseHostPort(std::string(target));
   if (!hp.ok()) return hp.status();
   if (absl::Status s = CheckPair(files, flag_prefix); !s.ok()) return s;
-  if (!files.enabled()) {
-    if (insecure || IsLoopbackHost(hp->host)) return grpc::InsecureChannelCredentials();
-    return grpc::SslCredentials(grpc::SslCredentialsOptions());
-  }
+  if (!files.enabled()) return insecure || IsLoopbackHost(hp->host);
   if (insecure) {
     return absl::InvalidArgumentError(
         absl::StrCat("--insecure contradicts ", flag_prefix, "-ca/-cert: give one or the other"));
   }
+  return false;
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
+    const TlsFiles& files, bool insecure, absl::string_view target, absl::string_view flag_prefix) {
+  absl::StatusOr<bool> plaintext = ChannelIsPlaintext(files, insecure, target, flag_prefix);
+  if (!plaintext.ok()) return plaintext.status();
+  if (*plaintext) return grpc::InsecureChannelCredentials();
+  if (!files.enabled()) return grpc::SslCredentials(grpc::SslCredentialsOptions());
   if (!files.ca.empty()) {
     if (absl::Status s = CheckPemFile(files.ca, absl::StrCat(flag_prefix, "-ca")); !s.ok()) {
       return s;

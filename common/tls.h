@@ -42,6 +42,12 @@ bool IsLoopbackHost(absl::string_view host);
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const TlsFiles& files, bool insecure, absl::string_view listen, absl::string_view flag_prefix);
 
+// Whether MakeChannelCredentials(files, insecure, target, flag_prefix) makes plaintext
+// credentials (true) or TLS ones (false), with the same checks and errors, and without making
+// any: creating gRPC credentials starts gRPC's runtime, which a plaintext CLI call avoids.
+absl::StatusOr<bool> ChannelIsPlaintext(const TlsFiles& files, bool insecure,
+                                        absl::string_view target, absl::string_view flag_prefix);
+
 // Credentials for a client of `target` (HOST:PORT). With `files.ca`: TLS verifying the server
 // against it (and presenting cert/key when given: mutual TLS). With only cert/key: TLS against
 // the system's roots. Without files: plaintext when `insecure` or the target is loopback (the

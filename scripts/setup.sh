@@ -15,6 +15,8 @@ packages=(
   libssl-dev openssl prometheus python3 python3-venv
   clang-14 libclang-rt-14-dev
   prometheus-cpp-dev
+  # loomctl's plaintext calls speak HTTP/2 through libnghttp2 (client/wire_client.h).
+  libnghttp2-dev
   # tests/deploy: a virtual environment for the schema validator; deploy/k8s/generate.py.
   python3-yaml
 )

@@ -179,7 +179,9 @@ Job MakeJob(loom::v1::JobState state, int64_t step) {
   return job;
 }
 
-class CommandsTest : public ::testing::Test {
+// Every command test runs over both transports of a plaintext connection: the wire calls
+// (client/wire_client.h) and gRPC's stubs.
+class CommandsTest : public ::testing::TestWithParam<UnaryTransport> {
  protected:
   void SetUp() override {
     grpc::ServerBuilder builder;
@@ -189,8 +191,8 @@ class CommandsTest : public ::testing::Test {
     builder.RegisterService(&nodes_);
     server_ = builder.BuildAndStart();
     ASSERT_NE(server_, nullptr);
-    connection_ =
-        std::make_unique<Connection>("127.0.0.1:" + std::to_string(port), absl::Seconds(5));
+    connection_ = std::make_unique<Connection>("127.0.0.1:" + std::to_string(port),
+                                               absl::Seconds(5), "", GetParam());
     ctx_.connection = connection_.get();
     ctx_.out = &out_;
     ctx_.err = &err_;
@@ -201,6 +203,10 @@ class CommandsTest : public ::testing::Test {
     std::filesystem::create_directories(dir_);
   }
   void TearDown() override {
+    // The connection first: an idle wire connection does not answer the server's shutdown PING,
+    // and gRPC's graceful shutdown would wait 20 s for it (client/wire_client.h).
+    ctx_.connection = nullptr;
+    connection_.reset();
     server_->Shutdown();
     std::filesystem::remove_all(dir_);
   }
@@ -222,7 +228,7 @@ class CommandsTest : public ::testing::Test {
 
 // `loomctl doctor JOB`: the findings with their fix, gain and evidence, per stage and per rank;
 // -o json is the JobReport; an unknown job is the server's NOT_FOUND.
-TEST_F(CommandsTest, DoctorPrintsTheFindings) {
+TEST_P(CommandsTest, DoctorPrintsTheFindings) {
   loom::v1::JobReport& r = jobs_.report;
   r.set_job("jobs/j1");
   r.set_generation(1);
@@ -275,7 +281,7 @@ TEST_F(CommandsTest, DoctorPrintsTheFindings) {
   EXPECT_NE(err_.str().find("not found"), std::string::npos) << err_.str();
 }
 
-TEST_F(CommandsTest, SubmitSendsTheSpecAndAFreshRequestId) {
+TEST_P(CommandsTest, SubmitSendsTheSpecAndAFreshRequestId) {
   const std::string file = WriteSpec("resources: {cpu_devices: 2}\ndata: {path: t.bin}\n");
   EXPECT_EQ(RunSubmit(ctx_, {.files = {file}}), 0);
   EXPECT_EQ(RunSubmit(ctx_, {.files = {file}}), 0);
@@ -291,7 +297,7 @@ TEST_F(CommandsTest, SubmitSendsTheSpecAndAFreshRequestId) {
 
 // A sweep: every file is a job, created over the one connection, printed in the order of the
 // files; --request-id gives the i-th file ID-i, so the same command again gets the same jobs.
-TEST_F(CommandsTest, SubmitOfSeveralSpecsCreatesAJobEachInTheirOrder) {
+TEST_P(CommandsTest, SubmitOfSeveralSpecsCreatesAJobEachInTheirOrder) {
   jobs_.name_by_spec = true;
   std::vector<std::string> files;
   for (int i = 0; i < 20; ++i) {
@@ -320,7 +326,7 @@ TEST_F(CommandsTest, SubmitOfSeveralSpecsCreatesAJobEachInTheirOrder) {
 
 // One bad spec: nothing is sent at all. A job the server refuses: the others are created, the
 // refusal names its file, and the exit code is the refusal's. --wait and stdin are for one spec.
-TEST_F(CommandsTest, ASweepSendsNothingWhenASpecIsBadAndReportsRefusalsByFile) {
+TEST_P(CommandsTest, ASweepSendsNothingWhenASpecIsBadAndReportsRefusalsByFile) {
   jobs_.name_by_spec = true;
   const std::string good = WriteSpec("name: good\n", "good.yaml");
   const std::string bad = WriteSpec("name: [\n", "bad.yaml");
@@ -346,21 +352,21 @@ TEST_F(CommandsTest, ASweepSendsNothingWhenASpecIsBadAndReportsRefusalsByFile) {
   EXPECT_EQ(jobs_.creates.size(), 2u);
 }
 
-TEST_F(CommandsTest, BadYamlIsExit2AndNothingIsSent) {
+TEST_P(CommandsTest, BadYamlIsExit2AndNothingIsSent) {
   const std::string file = WriteSpec("resources: {cpu_devices: 2\n");
   EXPECT_EQ(RunSubmit(ctx_, {.files = {file}}), 2);
   EXPECT_THAT(err_.str(), HasSubstr("job.yaml:2:1: YAML syntax error"));
   EXPECT_TRUE(jobs_.creates.empty());
 }
 
-TEST_F(CommandsTest, ServerRejectionIsExit2WithTheServersMessage) {
+TEST_P(CommandsTest, ServerRejectionIsExit2WithTheServersMessage) {
   jobs_.create_error = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                     "resources.cpu_devices: must be > 0; ask for at least one");
   EXPECT_EQ(RunSubmit(ctx_, {.files = {WriteSpec("name: x\n")}}), 2);
   EXPECT_EQ(err_.str(), "loomctl: resources.cpu_devices: must be > 0; ask for at least one\n");
 }
 
-TEST_F(CommandsTest, UnreachableServerIsExit3NamingTheAddress) {
+TEST_P(CommandsTest, UnreachableServerIsExit3NamingTheAddress) {
   server_->Shutdown();
   Connection dead("127.0.0.1:1", absl::Seconds(5));
   ctx_.connection = &dead;
@@ -369,7 +375,7 @@ TEST_F(CommandsTest, UnreachableServerIsExit3NamingTheAddress) {
   EXPECT_EQ(RunWatch(ctx_, "j1"), 3);
 }
 
-TEST_F(CommandsTest, SubmitWaitFollowsToFailureAndExits1) {
+TEST_P(CommandsTest, SubmitWaitFollowsToFailureAndExits1) {
   jobs_.watches.push_back({{MakeJob(loom::v1::RUNNING, 1), MakeJob(loom::v1::RUNNING, 2),
                             MakeJob(loom::v1::FAILED, 2)}});
   EXPECT_EQ(RunSubmit(ctx_, {.files = {WriteSpec("name: x\n")}, .wait = true}), 1);
@@ -381,7 +387,7 @@ TEST_F(CommandsTest, SubmitWaitFollowsToFailureAndExits1) {
             "jobs/j1 FAILED: rank 1 exited with code 3\n");
 }
 
-TEST_F(CommandsTest, WatchOnATerminalRedrawsInPlace) {
+TEST_P(CommandsTest, WatchOnATerminalRedrawsInPlace) {
   ctx_.out_is_tty = true;
   jobs_.watches.push_back({{MakeJob(loom::v1::RUNNING, 1), MakeJob(loom::v1::SUCCEEDED, 10)}});
   EXPECT_EQ(RunWatch(ctx_, "jobs/j1"), 0);
@@ -391,7 +397,7 @@ TEST_F(CommandsTest, WatchOnATerminalRedrawsInPlace) {
             "jobs/j1 SUCCEEDED (10 steps, final loss 2.0000)\n");
 }
 
-TEST_F(CommandsTest, WatchSurvivesABrokenStream) {
+TEST_P(CommandsTest, WatchSurvivesABrokenStream) {
   jobs_.watches.push_back(
       {{MakeJob(loom::v1::RUNNING, 1)}, grpc::Status(grpc::StatusCode::UNAVAILABLE, "restart")});
   jobs_.watches.push_back({{MakeJob(loom::v1::CANCELLED, 3)}});
@@ -401,7 +407,7 @@ TEST_F(CommandsTest, WatchSurvivesABrokenStream) {
   EXPECT_THAT(out_.str(), HasSubstr("jobs/j1 CANCELLED"));
 }
 
-TEST_F(CommandsTest, WatchJsonKeepsStdoutOneDocument) {
+TEST_P(CommandsTest, WatchJsonKeepsStdoutOneDocument) {
   ctx_.format = OutputFormat::kJson;
   jobs_.watches.push_back({{MakeJob(loom::v1::RUNNING, 1), MakeJob(loom::v1::SUCCEEDED, 10)}});
   EXPECT_EQ(RunWatch(ctx_, "j1"), 0);
@@ -410,14 +416,14 @@ TEST_F(CommandsTest, WatchJsonKeepsStdoutOneDocument) {
   EXPECT_THAT(err_.str(), HasSubstr("jobs/j1 RUNNING  step 1/10"));
 }
 
-TEST_F(CommandsTest, GetUnknownJobIsExit2) {
+TEST_P(CommandsTest, GetUnknownJobIsExit2) {
   EXPECT_EQ(RunGet(ctx_, "nope", false), 2);
   EXPECT_THAT(err_.str(), HasSubstr("not found"));
   EXPECT_EQ(RunGet(ctx_, "nodes/x", false), 2);
   EXPECT_EQ(jobs_.gets.size(), 1u);  // the bad name never reached the server
 }
 
-TEST_F(CommandsTest, GetWaitExitsByTheFinalState) {
+TEST_P(CommandsTest, GetWaitExitsByTheFinalState) {
   jobs_.watches.push_back({{MakeJob(loom::v1::FAILED, 2)}});
   jobs_.current = MakeJob(loom::v1::FAILED, 2);
   EXPECT_EQ(RunGet(ctx_, "j1", true), 1);
@@ -426,7 +432,7 @@ TEST_F(CommandsTest, GetWaitExitsByTheFinalState) {
   EXPECT_EQ(RunGet(ctx_, "j1", false), 0);
 }
 
-TEST_F(CommandsTest, ListFollowsPagesAndFiltersByState) {
+TEST_P(CommandsTest, ListFollowsPagesAndFiltersByState) {
   EXPECT_EQ(RunList(ctx_, "running"), 0);
   ASSERT_EQ(jobs_.lists.size(), 2u);
   EXPECT_EQ(jobs_.lists[0].state(), loom::v1::RUNNING);
@@ -438,7 +444,7 @@ TEST_F(CommandsTest, ListFollowsPagesAndFiltersByState) {
   EXPECT_THAT(err_.str(), HasSubstr("--state: unknown job state 'sleeping'; use one of queued"));
 }
 
-TEST_F(CommandsTest, LogsPassRankAndPrintPerRank) {
+TEST_P(CommandsTest, LogsPassRankAndPrintPerRank) {
   EXPECT_EQ(RunLogs(ctx_, {.job = "j1", .follow = true, .rank = 1}), 0);
   ASSERT_EQ(jobs_.log_requests.size(), 1u);
   EXPECT_TRUE(jobs_.log_requests[0].has_rank());
@@ -451,7 +457,7 @@ TEST_F(CommandsTest, LogsPassRankAndPrintPerRank) {
   EXPECT_EQ(RunLogs(ctx_, {.job = "j1", .rank = -1}), 2);
 }
 
-TEST_F(CommandsTest, CancelAndNodes) {
+TEST_P(CommandsTest, CancelAndNodes) {
   EXPECT_EQ(RunCancel(ctx_, "j1"), 0);
   EXPECT_EQ(out_.str(), "jobs/j1 CANCELLED\n");
   out_.str("");
@@ -462,7 +468,7 @@ TEST_F(CommandsTest, CancelAndNodes) {
   EXPECT_EQ(j["nodes"][0]["state"], "NODE_STATE_READY");
 }
 
-TEST_F(CommandsTest, DrainAndDeleteNodes) {
+TEST_P(CommandsTest, DrainAndDeleteNodes) {
   EXPECT_EQ(RunDrainNode(ctx_, {.node = "w0", .move_jobs = true}), 0);
   ASSERT_EQ(nodes_.drains.size(), 1u);
   EXPECT_EQ(nodes_.drains[0].name(), "nodes/w0");
@@ -480,6 +486,12 @@ TEST_F(CommandsTest, DrainAndDeleteNodes) {
   ASSERT_EQ(nodes_.deletes.size(), 2u);
   EXPECT_TRUE(nodes_.deletes[1].force());
 }
+
+INSTANTIATE_TEST_SUITE_P(Transports, CommandsTest,
+                         ::testing::Values(UnaryTransport::kWire, UnaryTransport::kGrpc),
+                         [](const ::testing::TestParamInfo<UnaryTransport>& info) {
+                           return info.param == UnaryTransport::kWire ? "Wire" : "Grpc";
+                         });
 
 }  // namespace
 }  // namespace loom::client

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "client/wire_client.h"
 #include "common/clock.h"
 #include "common/tls.h"
 #include "gmock/gmock.h"
@@ -186,9 +187,31 @@ TEST_F(SecurityTest, CallsWithoutCredentialsOrInPlaintextGetNothing) {
   auto plain = grpc::CreateChannel(server_->grpc_address(), grpc::InsecureChannelCredentials());
   status = v1::JobService::NewStub(plain)->ListJobs(Ctx(user_token_).get(), {}, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+  // Nor can loomctl's wire client (plaintext only, client/wire_client.h), token or not: it gets
+  // UNAVAILABLE rather than hanging or reaching the service.
+  client::WireClient wire(server_->grpc_address(), user_token_);
+  status = wire.Call("/loom.v1.JobService/ListJobs", v1::ListJobsRequest(), &response,
+                     absl::Now() + absl::Seconds(10));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
   // A node credential is not a person.
   status = v1::JobService::NewStub(Channel())->ListJobs(Ctx(node_token_).get(), {}, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+}
+
+// loomctl decides plaintext or TLS before it makes any gRPC credentials (which would start
+// gRPC's runtime); the decision and its errors are MakeChannelCredentials' own.
+TEST(ChannelIsPlaintext, DecidesAsMakeChannelCredentialsDoes) {
+  EXPECT_EQ(ChannelIsPlaintext({}, false, "127.0.0.1:7070", "--tls").value(), true);
+  EXPECT_EQ(ChannelIsPlaintext({}, false, "localhost:7070", "--tls").value(), true);
+  EXPECT_EQ(ChannelIsPlaintext({}, false, "loomd.example:7070", "--tls").value(), false);
+  EXPECT_EQ(ChannelIsPlaintext({}, true, "loomd.example:7070", "--tls").value(), true);
+  EXPECT_EQ(ChannelIsPlaintext({"", "", "ca.pem"}, false, "127.0.0.1:7070", "--tls").value(),
+            false);
+  absl::StatusOr<bool> both = ChannelIsPlaintext({"", "", "ca.pem"}, true, "127.0.0.1:1", "--tls");
+  ASSERT_FALSE(both.ok());
+  EXPECT_THAT(both.status().message(), HasSubstr("--insecure contradicts"));
+  EXPECT_FALSE(ChannelIsPlaintext({"c.pem", "", ""}, false, "127.0.0.1:1", "--tls").ok());
+  EXPECT_FALSE(ChannelIsPlaintext({}, false, "no-port", "--tls").ok());
 }
 
 TEST_F(SecurityTest, TenantsCannotSeeOrTouchEachOthersJobs) {

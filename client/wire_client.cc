@@ -1,0 +1,469 @@
+#include "client/wire_client.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <nghttp2/nghttp2.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/net.h"
+
+namespace loom::client {
+namespace {
+
+using grpc::StatusCode;
+
+// What one call has received so far. The nghttp2 callbacks write it; Call reads it at the end.
+struct CallState {
+  int32_t stream_id = -1;
+  std::string request;  // the length-prefixed request message
+  size_t request_sent = 0;
+  int http_status = 0;
+  std::string content_type;
+  std::optional<int> grpc_status;
+  std::string grpc_message;
+  std::string body;  // the length-prefixed response message(s)
+  bool too_large = false;
+  bool closed = false;
+  uint32_t reset_code = 0;  // the HTTP/2 error code that closed the stream; 0 when it ended well
+};
+
+// Milliseconds until `deadline`, for poll(): at least 0, at most a day.
+int PollTimeout(absl::Time deadline) {
+  const absl::Duration left = deadline - absl::Now();
+  if (left <= absl::ZeroDuration()) return 0;
+  return static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 86'400'000));
+}
+
+// Waits until `fd` is ready for `events`; false at the deadline.
+bool WaitFor(int fd, short events, absl::Time deadline) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    const int n = ::poll(&p, 1, PollTimeout(deadline));
+    if (n > 0) return true;
+    if (n == 0) return false;
+    if (errno != EINTR) return true;  // let the read or write report the error
+  }
+}
+
+// The gRPC code for an HTTP status without grpc-status (the gRPC HTTP/2 protocol's table).
+StatusCode CodeForHttpStatus(int http) {
+  switch (http) {
+    case 400:
+      return StatusCode::INTERNAL;
+    case 401:
+      return StatusCode::UNAUTHENTICATED;
+    case 403:
+      return StatusCode::PERMISSION_DENIED;
+    case 404:
+      return StatusCode::UNIMPLEMENTED;
+    case 429:
+    case 502:
+    case 503:
+    case 504:
+      return StatusCode::UNAVAILABLE;
+    default:
+      return StatusCode::UNKNOWN;
+  }
+}
+
+// The gRPC code for a stream the server reset (RST_STREAM's error code); `otherwise` for codes
+// that say nothing more than that the call failed.
+StatusCode CodeForReset(uint32_t code, StatusCode otherwise) {
+  switch (code) {
+    case NGHTTP2_REFUSED_STREAM:
+      return StatusCode::UNAVAILABLE;
+    case NGHTTP2_CANCEL:
+      return StatusCode::CANCELLED;
+    case NGHTTP2_ENHANCE_YOUR_CALM:
+      return StatusCode::RESOURCE_EXHAUSTED;
+    case NGHTTP2_INADEQUATE_SECURITY:
+      return StatusCode::PERMISSION_DENIED;
+    default:
+      return otherwise;
+  }
+}
+
+int OnHeader(nghttp2_session*, const nghttp2_frame* frame, const uint8_t* name, size_t namelen,
+             const uint8_t* value, size_t valuelen, uint8_t, void* user_data) {
+  auto* call = static_cast<CallState*>(user_data);
+  if (call == nullptr || frame->hd.stream_id != call->stream_id) return 0;
+  const std::string_view n(reinterpret_cast<const char*>(name), namelen);
+  const std::string_view v(reinterpret_cast<const char*>(value), valuelen);
+  if (n == ":status") {
+    int status = 0;
+    if (absl::SimpleAtoi(absl::string_view(v.data(), v.size()), &status))
+      call->http_status = status;
+  } else if (n == "content-type") {
+    call->content_type = std::string(v);
+  } else if (n == "grpc-status") {
+    int code = 0;
+    call->grpc_status =
+        absl::SimpleAtoi(absl::string_view(v.data(), v.size()), &code) && code >= 0 && code <= 16
+            ? code
+            : static_cast<int>(StatusCode::UNKNOWN);
+  } else if (n == "grpc-message") {
+    call->grpc_message = PercentDecode(v);
+  }
+  return 0;
+}
+
+int OnDataChunk(nghttp2_session*, uint8_t, int32_t stream_id, const uint8_t* data, size_t len,
+                void* user_data) {
+  auto* call = static_cast<CallState*>(user_data);
+  if (call == nullptr || stream_id != call->stream_id || call->too_large) return 0;
+  // One message and its 5-byte prefix at most; more is refused rather than buffered.
+  if (call->body.size() + len > kWireMaxResponseBytes + 5) {
+    call->too_large = true;
+    call->body.clear();
+    return 0;
+  }
+  call->body.append(reinterpret_cast<const char*>(data), len);
+  return 0;
+}
+
+int OnStreamClose(nghttp2_session*, int32_t stream_id, uint32_t error_code, void* user_data) {
+  auto* call = static_cast<CallState*>(user_data);
+  if (call == nullptr || stream_id != call->stream_id) return 0;
+  call->closed = true;
+  call->reset_code = error_code;
+  return 0;
+}
+
+ssize_t ReadRequest(nghttp2_session*, int32_t, uint8_t* buf, size_t length, uint32_t* data_flags,
+                    nghttp2_data_source*, void* user_data) {
+  auto* call = static_cast<CallState*>(user_data);
+  const size_t n = std::min(length, call->request.size() - call->request_sent);
+  std::memcpy(buf, call->request.data() + call->request_sent, n);
+  call->request_sent += n;
+  if (call->request_sent == call->request.size()) *data_flags |= NGHTTP2_DATA_FLAG_EOF;
+  return static_cast<ssize_t>(n);
+}
+
+nghttp2_nv Header(std::string_view name, std::string_view value) {
+  return nghttp2_nv{reinterpret_cast<uint8_t*>(const_cast<char*>(name.data())),
+                    reinterpret_cast<uint8_t*>(const_cast<char*>(value.data())), name.size(),
+                    value.size(), NGHTTP2_NV_FLAG_NONE};
+}
+
+// A header value gRPC would send: visible ASCII and spaces only.
+bool IsSendableHeaderValue(std::string_view v) {
+  for (const char c : v) {
+    if (c < 0x20 || c > 0x7e) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+struct WireClient::Session {
+  int fd = -1;
+  nghttp2_session* h2 = nullptr;
+  std::string out;  // what Flush is writing
+
+  ~Session() {
+    if (h2 != nullptr) nghttp2_session_del(h2);
+    if (fd >= 0) ::close(fd);
+  }
+
+  // Sends everything nghttp2 has queued (frames and the request's data), gathered into one
+  // write: each write to loopback wakes the server again.
+  grpc::Status Flush(absl::Time deadline) {
+    out.clear();
+    for (;;) {
+      const uint8_t* data = nullptr;
+      const ssize_t n = nghttp2_session_mem_send(h2, &data);
+      if (n < 0) {
+        return grpc::Status(StatusCode::INTERNAL,
+                            absl::StrCat("HTTP/2: ", nghttp2_strerror(static_cast<int>(n))));
+      }
+      if (n == 0) break;
+      out.append(reinterpret_cast<const char*>(data), static_cast<size_t>(n));
+    }
+    size_t sent = 0;
+    while (sent < out.size()) {
+      // MSG_NOSIGNAL: a closed peer is an error here, not a SIGPIPE that kills loomctl.
+      const ssize_t w = ::send(fd, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
+      if (w > 0) {
+        sent += static_cast<size_t>(w);
+      } else if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
+        if (!WaitFor(fd, POLLOUT, deadline)) {
+          return grpc::Status(StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded");
+        }
+      } else {
+        return grpc::Status(StatusCode::UNAVAILABLE,
+                            absl::StrCat("sending: ", std::strerror(errno)));
+      }
+    }
+    return grpc::Status::OK;
+  }
+};
+
+WireClient::WireClient(std::string server, std::string token)
+    : server_(std::move(server)), token_(std::move(token)) {}
+
+WireClient::~WireClient() = default;
+
+grpc::Status WireClient::Connect(absl::Time deadline) {
+  absl::StatusOr<HostPort> hp = ParseHostPort(server_);
+  if (!hp.ok())
+    return grpc::Status(StatusCode::INVALID_ARGUMENT, std::string(hp.status().message()));
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string port = std::to_string(hp->port);
+  if (const int rc = ::getaddrinfo(hp->host.c_str(), port.c_str(), &hints, &found); rc != 0) {
+    return grpc::Status(StatusCode::UNAVAILABLE,
+                        absl::StrCat("cannot resolve ", hp->host, ": ", ::gai_strerror(rc)));
+  }
+  std::string last_error = "no address";
+  int fd = -1;
+  for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      last_error = std::strerror(errno);
+      continue;
+    }
+    int rc = ::connect(fd, a->ai_addr, a->ai_addrlen);
+    if (rc != 0 && errno == EINPROGRESS) {
+      if (!WaitFor(fd, POLLOUT, deadline)) {
+        ::close(fd);
+        ::freeaddrinfo(found);
+        return grpc::Status(StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded while connecting");
+      }
+      int err = 0;
+      socklen_t len = sizeof(err);
+      ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      rc = err == 0 ? 0 : -1;
+      errno = err;
+    }
+    if (rc != 0) {
+      last_error = std::strerror(errno);
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ::freeaddrinfo(found);
+  if (fd < 0) {
+    return grpc::Status(StatusCode::UNAVAILABLE,
+                        absl::StrCat("failed to connect to ", server_, ": ", last_error));
+  }
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+
+  auto session = std::make_unique<Session>();
+  session->fd = fd;
+  nghttp2_session_callbacks* callbacks = nullptr;
+  if (nghttp2_session_callbacks_new(&callbacks) != 0) {
+    return grpc::Status(StatusCode::RESOURCE_EXHAUSTED, "HTTP/2: out of memory");
+  }
+  nghttp2_session_callbacks_set_on_header_callback(callbacks, OnHeader);
+  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, OnDataChunk);
+  nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, OnStreamClose);
+  // The callbacks' user data is the call in progress, set per call (nghttp2_session_set_user_data).
+  const int rc = nghttp2_session_client_new(&session->h2, callbacks, nullptr);
+  nghttp2_session_callbacks_del(callbacks);
+  if (rc != 0) return grpc::Status(StatusCode::RESOURCE_EXHAUSTED, "HTTP/2: out of memory");
+  // Windows large enough that a 64 MiB answer never waits for a WINDOW_UPDATE round trip; no
+  // server push.
+  const nghttp2_settings_entry settings[] = {
+      {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
+      {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, kWireMaxResponseBytes + 1024},
+  };
+  if (nghttp2_submit_settings(session->h2, NGHTTP2_FLAG_NONE, settings, 2) != 0 ||
+      nghttp2_session_set_local_window_size(session->h2, NGHTTP2_FLAG_NONE, 0,
+                                            kWireMaxResponseBytes + 1024) != 0) {
+    return grpc::Status(StatusCode::INTERNAL, "HTTP/2: cannot set the connection's settings");
+  }
+  session_ = std::move(session);
+  return grpc::Status::OK;
+}
+
+grpc::Status WireClient::Call(std::string_view path, const google::protobuf::MessageLite& request,
+                              google::protobuf::MessageLite* response, absl::Time deadline) {
+  if (!IsSendableHeaderValue(token_)) {
+    return grpc::Status(StatusCode::INVALID_ARGUMENT,
+                        "the bearer token has a character that cannot be sent in a header "
+                        "(control or non-ASCII); check the token file or LOOM_TOKEN");
+  }
+  if (absl::Now() >= deadline)
+    return grpc::Status(StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded");
+  if (session_ == nullptr) {
+    if (grpc::Status s = Connect(deadline); !s.ok()) return s;
+  }
+  CallState call;
+  const size_t size = request.ByteSizeLong();
+  call.request.resize(5 + size);
+  call.request[0] = 0;  // not compressed
+  for (int i = 0; i < 4; ++i)
+    call.request[1 + i] = static_cast<char>((size >> (24 - 8 * i)) & 0xff);
+  if (!request.SerializeToArray(call.request.data() + 5, static_cast<int>(size))) {
+    return grpc::Status(StatusCode::INTERNAL, "cannot serialize the request");
+  }
+
+  const std::string timeout = GrpcTimeoutHeader(deadline - absl::Now());
+  const std::string bearer = token_.empty() ? "" : absl::StrCat("Bearer ", token_);
+  std::vector<nghttp2_nv> headers = {
+      Header(":method", "POST"),
+      Header(":scheme", "http"),
+      Header(":path", path),
+      Header(":authority", server_),
+      Header("te", "trailers"),
+      Header("content-type", "application/grpc"),
+      Header("user-agent", "loomctl-wire"),
+      Header("grpc-timeout", timeout),
+  };
+  if (!bearer.empty()) headers.push_back(Header("authorization", bearer));
+  nghttp2_data_provider body{};
+  body.read_callback = ReadRequest;
+
+  Session& s = *session_;
+  nghttp2_session_set_user_data(s.h2, &call);
+  // Whatever happens below, the callbacks must not see `call` after it is gone, and a
+  // connection that failed is not used again.
+  grpc::Status result = [&]() -> grpc::Status {
+    call.stream_id =
+        nghttp2_submit_request(s.h2, nullptr, headers.data(), headers.size(), &body, &call);
+    if (call.stream_id < 0) {
+      return grpc::Status(StatusCode::UNAVAILABLE,
+                          absl::StrCat("HTTP/2: ", nghttp2_strerror(call.stream_id)));
+    }
+    std::vector<uint8_t> buf(64 << 10);
+    while (!call.closed) {
+      if (grpc::Status f = s.Flush(deadline); !f.ok()) return f;
+      if (!nghttp2_session_want_read(s.h2) && !nghttp2_session_want_write(s.h2)) {
+        return grpc::Status(StatusCode::UNAVAILABLE, "the server ended the HTTP/2 connection");
+      }
+      if (!WaitFor(s.fd, POLLIN, deadline)) {
+        return grpc::Status(StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded");
+      }
+      const ssize_t n = ::recv(s.fd, buf.data(), buf.size(), 0);
+      if (n == 0) {
+        return grpc::Status(StatusCode::UNAVAILABLE, "the server closed the connection");
+      }
+      if (n < 0) {
+        if (errno == EAGAIN || errno == EINTR) continue;
+        return grpc::Status(StatusCode::UNAVAILABLE,
+                            absl::StrCat("receiving: ", std::strerror(errno)));
+      }
+      const ssize_t used = nghttp2_session_mem_recv(s.h2, buf.data(), static_cast<size_t>(n));
+      if (used < 0) {
+        return grpc::Status(
+            StatusCode::UNAVAILABLE,
+            absl::StrCat("the server at ", server_, " does not speak HTTP/2 as gRPC does (",
+                         nghttp2_strerror(static_cast<int>(used)), ")"));
+      }
+    }
+    return grpc::Status::OK;
+  }();
+  nghttp2_session_set_user_data(s.h2, nullptr);
+  if (!result.ok()) {
+    session_.reset();
+    return result;
+  }
+  // Frames the answer asked for (SETTINGS and PING acknowledgements, WINDOW_UPDATE) go out
+  // with the next call; a connection that cannot take more streams is opened again.
+  if (!nghttp2_session_want_read(s.h2) || nghttp2_session_get_next_stream_id(s.h2) > (1u << 30)) {
+    session_.reset();
+  }
+
+  if (call.too_large) {
+    return grpc::Status(
+        StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat("the answer is larger than ", kWireMaxResponseBytes, " bytes"));
+  }
+  if (call.grpc_status.has_value() && *call.grpc_status != 0) {
+    return grpc::Status(static_cast<StatusCode>(*call.grpc_status), call.grpc_message);
+  }
+  if (!call.grpc_status.has_value()) {
+    if (call.http_status == 0) {  // the stream ended before any answer: a transport failure
+      return grpc::Status(CodeForReset(call.reset_code, StatusCode::UNAVAILABLE),
+                          absl::StrCat("the call ended before an answer (HTTP/2: ",
+                                       nghttp2_http2_strerror(call.reset_code), ")"));
+    }
+    if (call.http_status != 200) {
+      return grpc::Status(CodeForHttpStatus(call.http_status),
+                          absl::StrCat("the server answered HTTP ", call.http_status,
+                                       " without a gRPC status; is it loomd?"));
+    }
+    if (!absl::StartsWith(call.content_type, "application/grpc")) {
+      return grpc::Status(StatusCode::UNKNOWN,
+                          absl::StrCat("the server answered with content-type \"",
+                                       call.content_type, "\"; is it loomd?"));
+    }
+    if (call.reset_code != NGHTTP2_NO_ERROR) {
+      return grpc::Status(CodeForReset(call.reset_code, StatusCode::INTERNAL),
+                          absl::StrCat("the server reset the call (HTTP/2: ",
+                                       nghttp2_http2_strerror(call.reset_code), ")"));
+    }
+    return grpc::Status(StatusCode::INTERNAL, "the answer ended without a grpc-status");
+  }
+  // Exactly one uncompressed message (this client asks for no compression).
+  if (call.body.size() < 5) {
+    return grpc::Status(StatusCode::INTERNAL, "the answer has no message");
+  }
+  const auto* b = reinterpret_cast<const unsigned char*>(call.body.data());
+  const uint64_t length =
+      (uint64_t{b[1]} << 24) | (uint64_t{b[2]} << 16) | (uint64_t{b[3]} << 8) | uint64_t{b[4]};
+  if (b[0] != 0) {
+    return grpc::Status(StatusCode::INTERNAL, "the answer is compressed, which was not asked for");
+  }
+  if (length != call.body.size() - 5) {
+    return grpc::Status(StatusCode::INTERNAL, "the answer is not exactly one message");
+  }
+  if (!response->ParseFromArray(call.body.data() + 5, static_cast<int>(length))) {
+    return grpc::Status(StatusCode::INTERNAL, "cannot parse the answer's message");
+  }
+  return grpc::Status::OK;
+}
+
+std::string GrpcTimeoutHeader(absl::Duration remaining) {
+  // At most 8 digits per unit: milliseconds up to 27 hours, then whole seconds (rounded up).
+  const int64_t ms = std::max<int64_t>(absl::ToInt64Milliseconds(remaining), 1);
+  if (ms <= 99'999'999) return absl::StrCat(ms, "m");
+  const int64_t seconds = ms / 1000 + (ms % 1000 != 0 ? 1 : 0);
+  return absl::StrCat(std::min<int64_t>(seconds, 99'999'999), "S");
+}
+
+std::string PercentDecode(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    int hi = 0, lo = 0;
+    auto hex = [](char c, int* v) {
+      if (c >= '0' && c <= '9')
+        *v = c - '0';
+      else if (c >= 'a' && c <= 'f')
+        *v = c - 'a' + 10;
+      else if (c >= 'A' && c <= 'F')
+        *v = c - 'A' + 10;
+      else
+        return false;
+      return true;
+    };
+    if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1], &hi) && hex(s[i + 2], &lo)) {
+      out.push_back(static_cast<char>(hi * 16 + lo));
+      i += 2;
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
+}  // namespace loom::client

@@ -1,0 +1,70 @@
+// Unary gRPC calls spoken on the wire (HTTP/2 through libnghttp2, messages through protobuf),
+// without gRPC's runtime. Why: a loomctl process lives for one call, and on a small machine
+// gRPC's runtime start and its channel cost more CPU than everything else the call does (about
+// 1.4 ms of a 3.2 ms submit, docs/benchmarks.md): its threads, its pollers and its resolver exist
+// to serve many calls over a long life. A plaintext unary call needs none of that.
+//
+// What it speaks (the gRPC-over-HTTP/2 protocol, as loomd's gRPC server expects it): a POST to
+// /package.Service/Method with content-type application/grpc, "te: trailers", the deadline as
+// grpc-timeout and the bearer token as authorization; one length-prefixed, uncompressed request
+// message; the answer's grpc-status and grpc-message from its trailers (or its headers, for a
+// trailers-only answer). Plaintext only: TLS connections stay on gRPC (client/connection.h).
+//
+// Threading: none of its own. One call at a time per WireClient; the connection stays open
+// between calls and is opened again after any transport error. Between calls nobody reads it, so
+// it does not answer the server's PINGs: a gRPC server's graceful shutdown waits (20 s) for an
+// idle connection that is still open. Hold a WireClient for as long as a command runs, not longer.
+#pragma once
+
+#include <grpcpp/support/status.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/time/time.h"
+#include "google/protobuf/message_lite.h"
+
+namespace loom::client {
+
+// Answers larger than this are refused, as by loomctl's gRPC channel (SetMaxReceiveMessageSize).
+inline constexpr size_t kWireMaxResponseBytes = 64 << 20;
+
+class WireClient {
+ public:
+  // `server` is HOST:PORT (an IP literal, or a name looked up with getaddrinfo); `token`, when
+  // not empty, goes with every call as "authorization: Bearer TOKEN".
+  WireClient(std::string server, std::string token);
+  ~WireClient();
+  WireClient(const WireClient&) = delete;
+  WireClient& operator=(const WireClient&) = delete;
+
+  // Calls `path` ("/loom.v1.JobService/GetJob") with `request` and parses the answer into
+  // `response`; gives up at `deadline`. Returns the server's status, or a transport failure:
+  // UNAVAILABLE when the server cannot be reached or the connection breaks before the answer,
+  // DEADLINE_EXCEEDED at the deadline, INTERNAL or UNKNOWN when the answer is not gRPC (another
+  // kind of server), RESOURCE_EXHAUSTED when it is larger than kWireMaxResponseBytes,
+  // INVALID_ARGUMENT when the token cannot be sent in a header. Never crashes on what the peer
+  // sends. `response` is only written when the status is OK.
+  grpc::Status Call(std::string_view path, const google::protobuf::MessageLite& request,
+                    google::protobuf::MessageLite* response, absl::Time deadline);
+
+ private:
+  struct Session;  // the socket and the nghttp2 session, open between calls
+
+  grpc::Status Connect(absl::Time deadline);
+
+  std::string server_;
+  std::string token_;
+  std::unique_ptr<Session> session_;
+};
+
+// gRPC's grpc-timeout header value for `remaining` (at most 8 digits and a unit; at least 1 ms).
+std::string GrpcTimeoutHeader(absl::Duration remaining);
+
+// grpc-message is percent-encoded on the wire; this undoes it (a '%' not followed by two hex
+// digits stays as it is).
+std::string PercentDecode(std::string_view s);
+
+}  // namespace loom::client
