@@ -94,7 +94,7 @@ loom::v1::ScalingService::StubInterface& Connection::scaling() {
 grpc::Status Connection::Wire(std::string_view path, grpc::ClientContext* context,
                               const google::protobuf::MessageLite& request,
                               google::protobuf::MessageLite* response) {
-  absl::MutexLock lock(&wire_mu_);
+  std::lock_guard<std::mutex> lock(wire_mu_);
   return wire_->Call(path, request, response, absl::FromChrono(context->deadline()));
 }
 

@@ -11,7 +11,6 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/wire_client.h"
 #include "loom/v1/job.grpc.pb.h"
@@ -88,7 +87,7 @@ class Connection {
   std::unique_ptr<loom::v1::JobService::Stub> jobs_;
   std::unique_ptr<loom::v1::NodeService::Stub> nodes_;
   std::unique_ptr<loom::v1::ScalingService::Stub> scaling_;
-  absl::Mutex wire_mu_;
+  std::mutex wire_mu_;  // (not absl::Mutex: Debian's Abseil checks lock order on first use)
   // Null: every call on gRPC. Set by the constructor and never replaced; wire_mu_ serializes its
   // calls.
   std::unique_ptr<WireClient> wire_;

@@ -215,9 +215,23 @@ struct WireClient::Session {
 WireClient::WireClient(std::string server, std::string token)
     : server_(std::move(server)), token_(std::move(token)) {}
 
-WireClient::~WireClient() = default;
+WireClient::WireClient(int connected_fd, std::string server, std::string token)
+    : server_(std::move(server)), token_(std::move(token)), adopted_fd_(connected_fd) {}
+
+WireClient::~WireClient() {
+  if (adopted_fd_ >= 0) ::close(adopted_fd_);
+}
 
 grpc::Status WireClient::Connect(absl::Time deadline) {
+  if (adopted_fd_ != -1) {
+    if (adopted_fd_ == -2) {
+      return grpc::Status(StatusCode::UNAVAILABLE, "the connection to " + server_ + " is gone");
+    }
+    const int fd = adopted_fd_;
+    adopted_fd_ = -2;
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+    return StartSession(fd);
+  }
   absl::StatusOr<HostPort> hp = ParseHostPort(server_);
   if (!hp.ok())
     return grpc::Status(StatusCode::INVALID_ARGUMENT, std::string(hp.status().message()));
@@ -265,7 +279,10 @@ grpc::Status WireClient::Connect(absl::Time deadline) {
   }
   const int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return StartSession(fd);
+}
 
+grpc::Status WireClient::StartSession(int fd) {
   auto session = std::make_unique<Session>();
   session->fd = fd;
   nghttp2_session_callbacks* callbacks = nullptr;
@@ -343,7 +360,7 @@ grpc::Status WireClient::Call(std::string_view path, const google::protobuf::Mes
       return grpc::Status(StatusCode::UNAVAILABLE,
                           absl::StrCat("HTTP/2: ", nghttp2_strerror(call.stream_id)));
     }
-    std::vector<uint8_t> buf(64 << 10);
+    uint8_t buf[16 << 10];
     while (!call.closed) {
       if (grpc::Status f = s.Flush(deadline); !f.ok()) return f;
       if (!nghttp2_session_want_read(s.h2) && !nghttp2_session_want_write(s.h2)) {
@@ -352,7 +369,7 @@ grpc::Status WireClient::Call(std::string_view path, const google::protobuf::Mes
       if (!WaitFor(s.fd, POLLIN, deadline)) {
         return grpc::Status(StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded");
       }
-      const ssize_t n = ::recv(s.fd, buf.data(), buf.size(), 0);
+      const ssize_t n = ::recv(s.fd, buf, sizeof(buf), 0);
       if (n == 0) {
         return grpc::Status(StatusCode::UNAVAILABLE, "the server closed the connection");
       }
@@ -361,7 +378,7 @@ grpc::Status WireClient::Call(std::string_view path, const google::protobuf::Mes
         return grpc::Status(StatusCode::UNAVAILABLE,
                             absl::StrCat("receiving: ", std::strerror(errno)));
       }
-      const ssize_t used = nghttp2_session_mem_recv(s.h2, buf.data(), static_cast<size_t>(n));
+      const ssize_t used = nghttp2_session_mem_recv(s.h2, buf, static_cast<size_t>(n));
       if (used < 0) {
         return grpc::Status(
             StatusCode::UNAVAILABLE,

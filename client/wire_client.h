@@ -36,6 +36,11 @@ class WireClient {
   // `server` is HOST:PORT (an IP literal, or a name looked up with getaddrinfo); `token`, when
   // not empty, goes with every call as "authorization: Bearer TOKEN".
   WireClient(std::string server, std::string token);
+  // Over `connected_fd`, a stream socket already connected to the server, which it takes over
+  // (closes); `server` names it in the :authority header and in errors. For tests and the fuzz
+  // target, which play the server on the other end of a socketpair. After a transport error the
+  // client has no way back to the server: later calls fail with UNAVAILABLE.
+  WireClient(int connected_fd, std::string server, std::string token);
   ~WireClient();
   WireClient(const WireClient&) = delete;
   WireClient& operator=(const WireClient&) = delete;
@@ -54,10 +59,12 @@ class WireClient {
   struct Session;  // the socket and the nghttp2 session, open between calls
 
   grpc::Status Connect(absl::Time deadline);
+  grpc::Status StartSession(int fd);
 
   std::string server_;
   std::string token_;
   std::unique_ptr<Session> session_;
+  int adopted_fd_ = -1;  // the connected_fd not yet used by a session; -2 once used
 };
 
 // gRPC's grpc-timeout header value for `remaining` (at most 8 digits and a unit; at least 1 ms).

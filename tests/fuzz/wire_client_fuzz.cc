@@ -1,0 +1,42 @@
+// Fuzz target: loomctl's wire client (client/wire_client.cc) reading what a server sends. The
+// input is everything the "server" writes on its end of a socketpair before it closes: HTTP/2
+// frames (nghttp2 parses them) whose headers, trailers and data the client turns into a gRPC
+// status and a message. Its contract: whatever a peer sends, the call ends with a status (never
+// a crash or a hang), OK only with a parsed answer, and the status code is one of gRPC's.
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+
+#include "absl/time/clock.h"
+#include "client/wire_client.h"
+#include "loom/v1/job.pb.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  // What the client sends (its preface, the request, acknowledgements) stays in the socket's
+  // buffer, unread; the input is kept small enough that neither side's writes can block.
+  if (size > (32 << 10)) return 0;
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return 0;
+  size_t written = 0;
+  while (written < size) {
+    const ssize_t n = ::write(sv[1], data + written, size - written);
+    if (n <= 0) break;
+    written += static_cast<size_t>(n);
+  }
+  ::shutdown(sv[1], SHUT_WR);  // the client sees the end of the input as the server closing
+
+  loom::client::WireClient client(sv[0], "fuzz-server:1", "token");
+  loom::v1::ListJobsRequest request;
+  request.set_page_size(10);
+  loom::v1::ListJobsResponse response;
+  const grpc::Status status = client.Call("/loom.v1.JobService/ListJobs", request, &response,
+                                          absl::Now() + absl::Seconds(5));
+  const int code = static_cast<int>(status.error_code());
+  if (code < 0 || code > 16) std::abort();  // not a gRPC status code
+  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) std::abort();  // it hung
+  ::close(sv[1]);
+  return 0;
+}
