@@ -62,6 +62,15 @@ Connection::Connection(std::string server, absl::Duration rpc_timeout,
       token_(std::move(token)),
       credentials_(std::move(credentials)) {}
 
+Connection::Connection(std::string server, absl::Duration rpc_timeout, std::string token,
+                       WireTls wire_tls,
+                       std::function<std::shared_ptr<grpc::ChannelCredentials>()> make_credentials)
+    : server_(std::move(server)),
+      rpc_timeout_(rpc_timeout),
+      token_(std::move(token)),
+      make_credentials_(std::move(make_credentials)),
+      wire_(std::make_unique<WireClient>(server_, token_, std::move(wire_tls))) {}
+
 Connection::~Connection() = default;
 
 void Connection::MakeChannel() {
@@ -70,8 +79,10 @@ void Connection::MakeChannel() {
     // Large job lists and log pages: accept what loomd may send.
     args.SetMaxReceiveMessageSize(kWireMaxResponseBytes);
     const std::string target = ChannelTarget(server_, &args);
-    channel_ = grpc::CreateCustomChannel(
-        target, credentials_ != nullptr ? credentials_ : grpc::InsecureChannelCredentials(), args);
+    if (credentials_ == nullptr) {
+      credentials_ = make_credentials_ ? make_credentials_() : grpc::InsecureChannelCredentials();
+    }
+    channel_ = grpc::CreateCustomChannel(target, credentials_, args);
     jobs_ = loom::v1::JobService::NewStub(channel_);
     nodes_ = loom::v1::NodeService::NewStub(channel_);
     scaling_ = loom::v1::ScalingService::NewStub(channel_);

@@ -4,6 +4,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -46,6 +47,11 @@ class Connection {
   // when not empty.
   Connection(std::string server, absl::Duration rpc_timeout, std::string token = "",
              UnaryTransport transport = UnaryTransport::kWire);
+  // TLS: the unary calls of scripts on the wire, verifying the server with `wire_tls`; the rest
+  // through gRPC with the credentials `make_credentials` returns when the channel is first
+  // needed (making them starts gRPC's runtime). Both describe the same TLS files.
+  Connection(std::string server, absl::Duration rpc_timeout, std::string token, WireTls wire_tls,
+             std::function<std::shared_ptr<grpc::ChannelCredentials>()> make_credentials);
   // With `credentials` (common/tls.h): every call goes through gRPC.
   Connection(std::string server, absl::Duration rpc_timeout,
              std::shared_ptr<grpc::ChannelCredentials> credentials, std::string token);
@@ -81,7 +87,8 @@ class Connection {
   std::string server_;
   absl::Duration rpc_timeout_;
   std::string token_;
-  std::shared_ptr<grpc::ChannelCredentials> credentials_;  // null: plaintext, made when needed
+  std::shared_ptr<grpc::ChannelCredentials> credentials_;  // null: make_credentials_, or plaintext
+  std::function<std::shared_ptr<grpc::ChannelCredentials>()> make_credentials_;
   std::once_flag channel_once_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<loom::v1::JobService::Stub> jobs_;

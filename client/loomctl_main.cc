@@ -180,14 +180,29 @@ int main(int argc, char** argv) {
   }
   const absl::Duration rpc_timeout =
       absl::Milliseconds(static_cast<int64_t>(timeout_seconds * 1000));
-  // Plaintext: the unary calls go on the wire without gRPC's runtime (client/wire_client.h),
-  // unless LOOM_CLIENT_TRANSPORT=grpc asks for gRPC's. TLS: everything through gRPC.
+  // The unary calls of scripts go on the wire without gRPC's runtime (client/wire_client.h):
+  // plaintext, or TLS against a --tls-ca; unless LOOM_CLIENT_TRANSPORT=grpc asks for gRPC's.
+  // TLS against the system's roots: everything through gRPC.
   std::unique_ptr<Connection> connection;
+  const char* transport = std::getenv("LOOM_CLIENT_TRANSPORT");
+  const bool grpc_only = transport != nullptr && std::string_view(transport) == "grpc";
   if (*plaintext) {
-    const char* transport = std::getenv("LOOM_CLIENT_TRANSPORT");
-    const bool grpc_only = transport != nullptr && std::string_view(transport) == "grpc";
     connection = std::make_unique<Connection>(
         address, rpc_timeout, *bearer, grpc_only ? UnaryTransport::kGrpc : UnaryTransport::kWire);
+  } else if (!tls.ca.empty() && !grpc_only) {
+    // TLS against the given CA: the unary calls on the wire too; gRPC's credentials (the same
+    // files, checked above) only if a stream or another call needs the channel.
+    connection = std::make_unique<Connection>(
+        address, rpc_timeout, *bearer, WireTls{tls.ca, tls.cert, tls.key},
+        [tls, insecure, address] {
+          absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+              loom::MakeChannelCredentials(tls, insecure, address, "--tls");
+          if (!credentials.ok()) {  // the files changed since they were checked
+            std::cerr << "loomctl: " << credentials.status().message() << "\n";
+            std::exit(kExitInvalidInput);
+          }
+          return *credentials;
+        });
   } else {
     absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
         loom::MakeChannelCredentials(tls, insecure, address, "--tls");

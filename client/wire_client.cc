@@ -1,11 +1,17 @@
 #include "client/wire_client.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <nghttp2/nghttp2.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -167,16 +173,108 @@ bool IsSendableHeaderValue(std::string_view v) {
   return true;
 }
 
+// Blocks SIGPIPE on this thread while OpenSSL writes to the socket (its socket BIO calls write(),
+// not send() with MSG_NOSIGNAL), and discards one raised meanwhile: a server that hangs up is
+// an error to report, not a signal that kills loomctl.
+class SigpipeGuard {
+ public:
+  SigpipeGuard() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~SigpipeGuard() {
+    sigset_t pending;
+    sigpending(&pending);
+    if (!was_pending_ && sigismember(&pending, SIGPIPE) == 1) {
+      const timespec zero{};
+      sigtimedwait(&pipe_, nullptr, &zero);
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+
+ private:
+  sigset_t pipe_, old_;
+  bool was_pending_ = false;
+};
+
+// OpenSSL's queued errors as one line (and the queue emptied).
+std::string OpenSslErrors() {
+  std::string out;
+  while (const unsigned long e = ERR_get_error()) {
+    char buf[256];
+    ERR_error_string_n(e, buf, sizeof(buf));
+    if (!out.empty()) out += "; ";
+    out += buf;
+  }
+  return out.empty() ? "no detail" : out;
+}
+
 }  // namespace
 
 struct WireClient::Session {
   int fd = -1;
+  SSL_CTX* tls_ctx = nullptr;  // with `ssl`: the connection is TLS
+  SSL* ssl = nullptr;
   nghttp2_session* h2 = nullptr;
   std::string out;  // what Flush is writing
 
   ~Session() {
     if (h2 != nullptr) nghttp2_session_del(h2);
+    if (ssl != nullptr) SSL_free(ssl);
+    if (tls_ctx != nullptr) SSL_CTX_free(tls_ctx);
     if (fd >= 0) ::close(fd);
+  }
+
+  // Moves bytes between the socket (or TLS on it) and memory. Both return the bytes moved (> 0),
+  // 0 when the peer closed (Read), or -1 with *wait set to the poll events to wait for, or -2
+  // with *error set.
+  ssize_t Write(const char* data, size_t n, short* wait, std::string* error) {
+    if (ssl == nullptr) {
+      // MSG_NOSIGNAL: a closed peer is an error here, not a SIGPIPE that kills loomctl.
+      const ssize_t w = ::send(fd, data, n, MSG_NOSIGNAL);
+      if (w >= 0) return w;
+      if (errno == EAGAIN || errno == EINTR) return *wait = POLLOUT, -1;
+      *error = absl::StrCat("sending: ", std::strerror(errno));
+      return -2;
+    }
+    SigpipeGuard guard;
+    const int w = SSL_write(ssl, data, static_cast<int>(std::min<size_t>(n, 1 << 30)));
+    return w > 0 ? w : TlsWait(w, wait, error, "sending");
+  }
+  ssize_t Read(uint8_t* buf, size_t n, short* wait, std::string* error) {
+    if (ssl == nullptr) {
+      const ssize_t r = ::recv(fd, buf, n, 0);
+      if (r >= 0) return r;
+      if (errno == EAGAIN || errno == EINTR) return *wait = POLLIN, -1;
+      *error = absl::StrCat("receiving: ", std::strerror(errno));
+      return -2;
+    }
+    SigpipeGuard guard;  // a read can write too (a TLS key update)
+    const int r = SSL_read(ssl, buf, static_cast<int>(std::min<size_t>(n, 1 << 30)));
+    if (r > 0) return r;
+    if (SSL_get_error(ssl, r) == SSL_ERROR_ZERO_RETURN) return 0;
+    return TlsWait(r, wait, error, "receiving");
+  }
+  ssize_t TlsWait(int rc, short* wait, std::string* error, const char* what) {
+    switch (SSL_get_error(ssl, rc)) {
+      case SSL_ERROR_WANT_READ:
+        return *wait = POLLIN, -1;
+      case SSL_ERROR_WANT_WRITE:
+        return *wait = POLLOUT, -1;
+      case SSL_ERROR_SYSCALL:
+        if (ERR_peek_error() == 0) {
+          *error = absl::StrCat(what, " over TLS: ", errno != 0 ? std::strerror(errno) : "EOF");
+          return -2;
+        }
+        [[fallthrough]];
+      default:
+        *error = absl::StrCat(what, " over TLS: ", OpenSslErrors());
+        return -2;
+    }
   }
 
   // Sends everything nghttp2 has queued (frames and the request's data), gathered into one
@@ -195,28 +293,104 @@ struct WireClient::Session {
     }
     size_t sent = 0;
     while (sent < out.size()) {
-      // MSG_NOSIGNAL: a closed peer is an error here, not a SIGPIPE that kills loomctl.
-      const ssize_t w = ::send(fd, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
+      short wait = 0;
+      std::string error;
+      const ssize_t w = Write(out.data() + sent, out.size() - sent, &wait, &error);
       if (w > 0) {
         sent += static_cast<size_t>(w);
-      } else if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
-        if (!WaitFor(fd, POLLOUT, deadline)) {
+      } else if (w == -1 || w == 0) {
+        if (!WaitFor(fd, wait != 0 ? wait : POLLOUT, deadline)) {
           return grpc::Status(StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded");
         }
       } else {
-        return grpc::Status(StatusCode::UNAVAILABLE,
-                            absl::StrCat("sending: ", std::strerror(errno)));
+        return grpc::Status(StatusCode::UNAVAILABLE, error);
       }
+    }
+    return grpc::Status::OK;
+  }
+
+  // The TLS handshake on `fd`: verifies the server's certificate against `tls.ca` and its name
+  // against `host` (a DNS name, or an IP address checked against the certificate's IP
+  // entries), presents tls.cert/tls.key when given, and agrees on HTTP/2 (ALPN "h2").
+  grpc::Status StartTls(const WireTls& tls, const std::string& host, absl::Time deadline) {
+    tls_ctx = SSL_CTX_new(TLS_client_method());
+    if (tls_ctx == nullptr) {
+      return grpc::Status(StatusCode::INTERNAL, absl::StrCat("TLS: ", OpenSslErrors()));
+    }
+    SSL_CTX_set_min_proto_version(tls_ctx, TLS1_2_VERSION);
+    SSL_CTX_set_verify(tls_ctx, SSL_VERIFY_PEER, nullptr);
+    if (SSL_CTX_load_verify_locations(tls_ctx, tls.ca.c_str(), nullptr) != 1) {
+      return grpc::Status(
+          StatusCode::FAILED_PRECONDITION,
+          absl::StrCat("--tls-ca: cannot load \"", tls.ca, "\": ", OpenSslErrors()));
+    }
+    if (!tls.cert.empty()) {
+      if (SSL_CTX_use_certificate_chain_file(tls_ctx, tls.cert.c_str()) != 1 ||
+          SSL_CTX_use_PrivateKey_file(tls_ctx, tls.key.c_str(), SSL_FILETYPE_PEM) != 1 ||
+          SSL_CTX_check_private_key(tls_ctx) != 1) {
+        return grpc::Status(StatusCode::FAILED_PRECONDITION,
+                            absl::StrCat("--tls-cert/--tls-key: cannot use \"", tls.cert,
+                                         "\" with \"", tls.key, "\": ", OpenSslErrors()));
+      }
+    }
+    static constexpr unsigned char kAlpn[] = {2, 'h', '2'};
+    if (SSL_CTX_set_alpn_protos(tls_ctx, kAlpn, sizeof(kAlpn)) != 0) {  // 0 is success here
+      return grpc::Status(StatusCode::INTERNAL, absl::StrCat("TLS: ", OpenSslErrors()));
+    }
+    ssl = SSL_new(tls_ctx);
+    if (ssl == nullptr || SSL_set_fd(ssl, fd) != 1) {
+      return grpc::Status(StatusCode::INTERNAL, absl::StrCat("TLS: ", OpenSslErrors()));
+    }
+    unsigned char ip[16];
+    const bool is_ip =
+        ::inet_pton(AF_INET, host.c_str(), ip) == 1 || ::inet_pton(AF_INET6, host.c_str(), ip) == 1;
+    const int named = is_ip ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host.c_str())
+                            : SSL_set_tlsext_host_name(ssl, host.c_str()) == 1 &&
+                                  SSL_set1_host(ssl, host.c_str()) == 1;
+    if (named != 1) {
+      return grpc::Status(StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("TLS: cannot check the server's name \"", host, "\""));
+    }
+    for (;;) {
+      SigpipeGuard guard;
+      ERR_clear_error();
+      const int rc = SSL_connect(ssl);
+      if (rc == 1) break;
+      short wait = 0;
+      std::string error;
+      if (TlsWait(rc, &wait, &error, "the TLS handshake") == -2) {
+        const long verify = SSL_get_verify_result(ssl);
+        if (verify != X509_V_OK) {
+          error = absl::StrCat("the TLS handshake: the server's certificate is not trusted for \"",
+                               host, "\": ", X509_verify_cert_error_string(verify));
+        }
+        return grpc::Status(StatusCode::UNAVAILABLE, error);
+      }
+      if (!WaitFor(fd, wait, deadline)) {
+        return grpc::Status(StatusCode::DEADLINE_EXCEEDED,
+                            "Deadline Exceeded during the TLS handshake");
+      }
+    }
+    const unsigned char* proto = nullptr;
+    unsigned int proto_len = 0;
+    SSL_get0_alpn_selected(ssl, &proto, &proto_len);
+    if (proto_len != 2 || std::memcmp(proto, "h2", 2) != 0) {
+      return grpc::Status(StatusCode::UNAVAILABLE,
+                          "the TLS server did not agree to HTTP/2 (ALPN h2); is it loomd?");
     }
     return grpc::Status::OK;
   }
 };
 
-WireClient::WireClient(std::string server, std::string token)
-    : server_(std::move(server)), token_(std::move(token)) {}
+WireClient::WireClient(std::string server, std::string token, std::optional<WireTls> tls)
+    : server_(std::move(server)), token_(std::move(token)), tls_(std::move(tls)) {}
 
-WireClient::WireClient(int connected_fd, std::string server, std::string token)
-    : server_(std::move(server)), token_(std::move(token)), adopted_fd_(connected_fd) {}
+WireClient::WireClient(int connected_fd, std::string server, std::string token,
+                       std::optional<WireTls> tls)
+    : server_(std::move(server)),
+      token_(std::move(token)),
+      tls_(std::move(tls)),
+      adopted_fd_(connected_fd) {}
 
 WireClient::~WireClient() {
   if (adopted_fd_ >= 0) ::close(adopted_fd_);
@@ -230,7 +404,7 @@ grpc::Status WireClient::Connect(absl::Time deadline) {
     const int fd = adopted_fd_;
     adopted_fd_ = -2;
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
-    return StartSession(fd);
+    return StartSession(fd, deadline);
   }
   absl::StatusOr<HostPort> hp = ParseHostPort(server_);
   if (!hp.ok())
@@ -279,12 +453,19 @@ grpc::Status WireClient::Connect(absl::Time deadline) {
   }
   const int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  return StartSession(fd);
+  return StartSession(fd, deadline);
 }
 
-grpc::Status WireClient::StartSession(int fd) {
+grpc::Status WireClient::StartSession(int fd, absl::Time deadline) {
   auto session = std::make_unique<Session>();
   session->fd = fd;
+  if (tls_.has_value()) {
+    absl::StatusOr<HostPort> hp = ParseHostPort(server_);
+    if (!hp.ok()) {
+      return grpc::Status(StatusCode::INVALID_ARGUMENT, std::string(hp.status().message()));
+    }
+    if (grpc::Status s = session->StartTls(*tls_, hp->host, deadline); !s.ok()) return s;
+  }
   nghttp2_session_callbacks* callbacks = nullptr;
   if (nghttp2_session_callbacks_new(&callbacks) != 0) {
     return grpc::Status(StatusCode::RESOURCE_EXHAUSTED, "HTTP/2: out of memory");
@@ -337,7 +518,7 @@ grpc::Status WireClient::Call(std::string_view path, const google::protobuf::Mes
   const std::string bearer = token_.empty() ? "" : absl::StrCat("Bearer ", token_);
   std::vector<nghttp2_nv> headers = {
       Header(":method", "POST"),
-      Header(":scheme", "http"),
+      Header(":scheme", tls_.has_value() ? "https" : "http"),
       Header(":path", path),
       Header(":authority", server_),
       Header("te", "trailers"),
@@ -366,18 +547,20 @@ grpc::Status WireClient::Call(std::string_view path, const google::protobuf::Mes
       if (!nghttp2_session_want_read(s.h2) && !nghttp2_session_want_write(s.h2)) {
         return grpc::Status(StatusCode::UNAVAILABLE, "the server ended the HTTP/2 connection");
       }
-      if (!WaitFor(s.fd, POLLIN, deadline)) {
-        return grpc::Status(StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded");
-      }
-      const ssize_t n = ::recv(s.fd, buf, sizeof(buf), 0);
+      // Read first, then wait: TLS may hold decrypted bytes the socket no longer shows.
+      short wait = 0;
+      std::string error;
+      const ssize_t n = s.Read(buf, sizeof(buf), &wait, &error);
       if (n == 0) {
         return grpc::Status(StatusCode::UNAVAILABLE, "the server closed the connection");
       }
-      if (n < 0) {
-        if (errno == EAGAIN || errno == EINTR) continue;
-        return grpc::Status(StatusCode::UNAVAILABLE,
-                            absl::StrCat("receiving: ", std::strerror(errno)));
+      if (n == -1) {
+        if (!WaitFor(s.fd, wait, deadline)) {
+          return grpc::Status(StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded");
+        }
+        continue;
       }
+      if (n < 0) return grpc::Status(StatusCode::UNAVAILABLE, error);
       const ssize_t used = nghttp2_session_mem_recv(s.h2, buf, static_cast<size_t>(n));
       if (used < 0) {
         return grpc::Status(

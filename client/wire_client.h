@@ -8,7 +8,8 @@
 // /package.Service/Method with content-type application/grpc, "te: trailers", the deadline as
 // grpc-timeout and the bearer token as authorization; one length-prefixed, uncompressed request
 // message; the answer's grpc-status and grpc-message from its trailers (or its headers, for a
-// trailers-only answer). Plaintext only: TLS connections stay on gRPC (client/connection.h).
+// trailers-only answer). Plaintext, or TLS through OpenSSL (WireTls: the server verified against
+// a CA file and by its name, a client certificate for mutual TLS when given, ALPN "h2").
 //
 // Threading: none of its own. One call at a time per WireClient; the connection stays open
 // between calls and is opened again after any transport error. Between calls nobody reads it, so
@@ -20,6 +21,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -31,23 +33,33 @@ namespace loom::client {
 // Answers larger than this are refused, as by loomctl's gRPC channel (SetMaxReceiveMessageSize).
 inline constexpr size_t kWireMaxResponseBytes = 64 << 20;
 
+// TLS for a WireClient: PEM files, as loomctl's --tls-ca, --tls-cert and --tls-key.
+struct WireTls {
+  std::string ca;    // verifies the server (required)
+  std::string cert;  // with key: presented to the server (mutual TLS)
+  std::string key;
+};
+
 class WireClient {
  public:
   // `server` is HOST:PORT (an IP literal, or a name looked up with getaddrinfo); `token`, when
   // not empty, goes with every call as "authorization: Bearer TOKEN".
-  WireClient(std::string server, std::string token);
+  // With `tls`, the connection is TLS, else plaintext.
+  WireClient(std::string server, std::string token, std::optional<WireTls> tls = std::nullopt);
   // Over `connected_fd`, a stream socket already connected to the server, which it takes over
   // (closes); `server` names it in the :authority header and in errors. For tests and the fuzz
   // target, which play the server on the other end of a socketpair. After a transport error the
   // client has no way back to the server: later calls fail with UNAVAILABLE.
-  WireClient(int connected_fd, std::string server, std::string token);
+  WireClient(int connected_fd, std::string server, std::string token,
+             std::optional<WireTls> tls = std::nullopt);
   ~WireClient();
   WireClient(const WireClient&) = delete;
   WireClient& operator=(const WireClient&) = delete;
 
   // Calls `path` ("/loom.v1.JobService/GetJob") with `request` and parses the answer into
   // `response`; gives up at `deadline`. Returns the server's status, or a transport failure:
-  // UNAVAILABLE when the server cannot be reached or the connection breaks before the answer,
+  // UNAVAILABLE when the server cannot be reached, its certificate does not verify, or the
+  // connection breaks before the answer; FAILED_PRECONDITION when the TLS files cannot be used;
   // DEADLINE_EXCEEDED at the deadline, INTERNAL or UNKNOWN when the answer is not gRPC (another
   // kind of server), RESOURCE_EXHAUSTED when it is larger than kWireMaxResponseBytes,
   // INVALID_ARGUMENT when the token cannot be sent in a header. Never crashes on what the peer
@@ -59,10 +71,11 @@ class WireClient {
   struct Session;  // the socket and the nghttp2 session, open between calls
 
   grpc::Status Connect(absl::Time deadline);
-  grpc::Status StartSession(int fd);
+  grpc::Status StartSession(int fd, absl::Time deadline);
 
   std::string server_;
   std::string token_;
+  std::optional<WireTls> tls_;
   std::unique_ptr<Session> session_;
   int adopted_fd_ = -1;  // the connected_fd not yet used by a session; -2 once used
 };

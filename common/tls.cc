@@ -112,6 +112,11 @@ absl::StatusOr<bool> ChannelIsPlaintext(const TlsFiles& files, bool insecure,
     return absl::InvalidArgumentError(
         absl::StrCat("--insecure contradicts ", flag_prefix, "-ca/-cert: give one or the other"));
   }
+  if (!files.ca.empty()) {
+    if (absl::Status s = CheckPemFile(files.ca, absl::StrCat(flag_prefix, "-ca")); !s.ok()) {
+      return s;
+    }
+  }
   return false;
 }
 
@@ -121,11 +126,6 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials
   if (!plaintext.ok()) return plaintext.status();
   if (*plaintext) return grpc::InsecureChannelCredentials();
   if (!files.enabled()) return grpc::SslCredentials(grpc::SslCredentialsOptions());
-  if (!files.ca.empty()) {
-    if (absl::Status s = CheckPemFile(files.ca, absl::StrCat(flag_prefix, "-ca")); !s.ok()) {
-      return s;
-    }
-  }
   grpc::experimental::TlsChannelCredentialsOptions options;
   if (!files.ca.empty() || !files.cert.empty()) {
     auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(

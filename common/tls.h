@@ -43,7 +43,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const TlsFiles& files, bool insecure, absl::string_view listen, absl::string_view flag_prefix);
 
 // Whether MakeChannelCredentials(files, insecure, target, flag_prefix) makes plaintext
-// credentials (true) or TLS ones (false), with the same checks and errors, and without making
+// credentials (true) or TLS ones (false), with the same checks and errors (the CA file is read),
+// and without making
 // any: creating gRPC credentials starts gRPC's runtime, which a plaintext CLI call avoids.
 absl::StatusOr<bool> ChannelIsPlaintext(const TlsFiles& files, bool insecure,
                                         absl::string_view target, absl::string_view flag_prefix);

@@ -5,6 +5,8 @@
 // worker, taking over a live node's id; and what an operator needs: refusal of plaintext off
 // loopback, token rotation without a restart.
 #include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -200,18 +202,93 @@ TEST_F(SecurityTest, CallsWithoutCredentialsOrInPlaintextGetNothing) {
 
 // loomctl decides plaintext or TLS before it makes any gRPC credentials (which would start
 // gRPC's runtime); the decision and its errors are MakeChannelCredentials' own.
-TEST(ChannelIsPlaintext, DecidesAsMakeChannelCredentialsDoes) {
+TEST_F(SecurityTest, ChannelIsPlaintextDecidesAsMakeChannelCredentialsDoes) {
+  const std::string ca = certs_ + "/ca.pem";
   EXPECT_EQ(ChannelIsPlaintext({}, false, "127.0.0.1:7070", "--tls").value(), true);
   EXPECT_EQ(ChannelIsPlaintext({}, false, "localhost:7070", "--tls").value(), true);
   EXPECT_EQ(ChannelIsPlaintext({}, false, "loomd.example:7070", "--tls").value(), false);
   EXPECT_EQ(ChannelIsPlaintext({}, true, "loomd.example:7070", "--tls").value(), true);
-  EXPECT_EQ(ChannelIsPlaintext({"", "", "ca.pem"}, false, "127.0.0.1:7070", "--tls").value(),
-            false);
-  absl::StatusOr<bool> both = ChannelIsPlaintext({"", "", "ca.pem"}, true, "127.0.0.1:1", "--tls");
+  EXPECT_EQ(ChannelIsPlaintext({"", "", ca}, false, "127.0.0.1:7070", "--tls").value(), false);
+  absl::StatusOr<bool> both = ChannelIsPlaintext({"", "", ca}, true, "127.0.0.1:1", "--tls");
   ASSERT_FALSE(both.ok());
   EXPECT_THAT(both.status().message(), HasSubstr("--insecure contradicts"));
+  absl::StatusOr<bool> missing =
+      ChannelIsPlaintext({"", "", certs_ + "/no.pem"}, false, "127.0.0.1:1", "--tls");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(missing.status().message(), HasSubstr("--tls-ca"));
   EXPECT_FALSE(ChannelIsPlaintext({"c.pem", "", ""}, false, "127.0.0.1:1", "--tls").ok());
   EXPECT_FALSE(ChannelIsPlaintext({}, false, "no-port", "--tls").ok());
+}
+
+// TLS for a wire client that verifies the server with `ca` and presents no certificate.
+client::WireTls WireCa(const std::string& ca) {
+  client::WireTls tls;
+  tls.ca = ca;
+  return tls;
+}
+
+// loomctl's wire calls over TLS (client/wire_client.h) hold to what gRPC's TLS holds to: loomd
+// is verified against the CA and by its name, the token or a client certificate says who calls,
+// and a server another CA vouches for, or one under another name, gets nothing.
+TEST_F(SecurityTest, TheWireClientOverTlsVerifiesLoomdAndCarriesItsCaller) {
+  const std::string address = server_->grpc_address();
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  ASSERT_TRUE(Register(node_token_, "n1").ok());  // capacity; no session, so the job stays QUEUED
+  v1::Job job;
+  ASSERT_TRUE(Create(user_token_, CreateRequest(CpuSpec(1), "wire-tls-1"), &job).ok());
+  v1::ListJobsResponse response;
+
+  client::WireClient with_token(address, user_token_, WireCa(certs_ + "/ca.pem"));
+  grpc::Status s =
+      with_token.Call("/loom.v1.JobService/ListJobs", v1::ListJobsRequest(), &response, deadline);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(response.jobs_size(), 1);
+  EXPECT_EQ(response.jobs(0).name(), job.name());
+
+  // A client certificate alone: team-c's identity, which sees none of dev's jobs.
+  client::WireClient with_cert(address, "",
+                               client::WireTls{certs_ + "/ca.pem", certs_ + "/user-team-c.pem",
+                                               certs_ + "/user-team-c.key"});
+  response.Clear();
+  s = with_cert.Call("/loom.v1.JobService/ListJobs", v1::ListJobsRequest(), &response, deadline);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(response.jobs_size(), 0);
+
+  // Neither: loomd refuses the call.
+  client::WireClient nobody(address, "", WireCa(certs_ + "/ca.pem"));
+  s = nobody.Call("/loom.v1.JobService/ListJobs", v1::ListJobsRequest(), &response, deadline);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+
+  // Another CA: the handshake fails before the token is sent.
+  const std::string other = dir_.File("other-certs");
+  ASSERT_EQ(std::system(absl::StrCat("bash ", LOOM_SOURCE_DIR, "/scripts/dev-certs.sh ", other,
+                                     " >/dev/null")
+                            .c_str()),
+            0);
+  client::WireClient wrong_ca(address, user_token_, WireCa(other + "/ca.pem"));
+  s = wrong_ca.Call("/loom.v1.JobService/ListJobs", v1::ListJobsRequest(), &response, deadline);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(s.error_message(), HasSubstr("not trusted"));
+
+  // The right CA, but loomd reached under a name its certificate does not carry.
+  const int port = std::stoi(address.substr(address.rfind(':') + 1));
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  client::WireClient wrong_name(fd, "loomd.elsewhere.example:" + std::to_string(port), user_token_,
+                                WireCa(certs_ + "/ca.pem"));
+  s = wrong_name.Call("/loom.v1.JobService/ListJobs", v1::ListJobsRequest(), &response, deadline);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(s.error_message(), HasSubstr("not trusted"));
+
+  // A CA file that cannot be used is the caller's to fix.
+  client::WireClient no_ca(address, user_token_, WireCa(certs_ + "/missing.pem"));
+  s = no_ca.Call("/loom.v1.JobService/ListJobs", v1::ListJobsRequest(), &response, deadline);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("--tls-ca"));
 }
 
 TEST_F(SecurityTest, TenantsCannotSeeOrTouchEachOthersJobs) {
