@@ -51,7 +51,7 @@ struct CallState {
 int PollTimeout(absl::Time deadline) {
   const absl::Duration left = deadline - absl::Now();
   if (left <= absl::ZeroDuration()) return 0;
-  return static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 86'400'000));
+  return static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left), 86'400'000) + 1);
 }
 
 // Waits until `fd` is ready for `events`; false at the deadline.

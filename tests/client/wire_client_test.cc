@@ -193,6 +193,11 @@ TEST_F(WireClientTest, ASlowServerEndsInDeadlineExceededAtTheDeadline) {
       client.Call("/loom.v1.JobService/GetJob", request, &job, In(absl::Milliseconds(200)));
   EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   EXPECT_LT(absl::Now() - start, absl::Seconds(1.5));
+  // No deadline at all (an infinite one) is a call like any other.
+  request.set_name("jobs/fast");
+  EXPECT_TRUE(
+      client.Call("/loom.v1.JobService/GetJob", request, &job, absl::InfiniteFuture()).ok());
+  request.set_name("jobs/slow");
   // A deadline already past: nothing is sent.
   s = client.Call("/loom.v1.JobService/GetJob", request, &job, absl::Now() - absl::Seconds(1));
   EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
