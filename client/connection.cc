@@ -60,7 +60,7 @@ Connection::Connection(std::string server, absl::Duration rpc_timeout,
     : server_(std::move(server)),
       rpc_timeout_(rpc_timeout),
       token_(std::move(token)),
-      credentials_(std::move(credentials)) {}
+      make_credentials_([credentials = std::move(credentials)] { return credentials; }) {}
 
 Connection::Connection(std::string server, absl::Duration rpc_timeout, std::string token,
                        WireTls wire_tls,
@@ -79,10 +79,8 @@ void Connection::MakeChannel() {
     // Large job lists and log pages: accept what loomd may send.
     args.SetMaxReceiveMessageSize(kWireMaxResponseBytes);
     const std::string target = ChannelTarget(server_, &args);
-    if (credentials_ == nullptr) {
-      credentials_ = make_credentials_ ? make_credentials_() : grpc::InsecureChannelCredentials();
-    }
-    channel_ = grpc::CreateCustomChannel(target, credentials_, args);
+    channel_ = grpc::CreateCustomChannel(
+        target, make_credentials_ ? make_credentials_() : grpc::InsecureChannelCredentials(), args);
     jobs_ = loom::v1::JobService::NewStub(channel_);
     nodes_ = loom::v1::NodeService::NewStub(channel_);
     scaling_ = loom::v1::ScalingService::NewStub(channel_);
@@ -102,9 +100,13 @@ loom::v1::ScalingService::StubInterface& Connection::scaling() {
   return *scaling_;
 }
 
-grpc::Status Connection::Wire(std::string_view path, grpc::ClientContext* context,
-                              const google::protobuf::MessageLite& request,
-                              google::protobuf::MessageLite* response) {
+template <typename Request, typename Response>
+grpc::Status Connection::Unary(std::string_view path,
+                               grpc::Status (loom::v1::JobService::StubInterface::*stub_method)(
+                                   grpc::ClientContext*, const Request&, Response*),
+                               grpc::ClientContext* context, const Request& request,
+                               Response* response) {
+  if (wire_ == nullptr) return (jobs().*stub_method)(context, request, response);
   std::lock_guard<std::mutex> lock(wire_mu_);
   return wire_->Call(path, request, response, absl::FromChrono(context->deadline()));
 }
@@ -112,28 +114,28 @@ grpc::Status Connection::Wire(std::string_view path, grpc::ClientContext* contex
 grpc::Status Connection::CreateJob(grpc::ClientContext* context,
                                    const loom::v1::CreateJobRequest& request,
                                    loom::v1::Job* response) {
-  if (wire_ == nullptr) return jobs().CreateJob(context, request, response);
-  return Wire("/loom.v1.JobService/CreateJob", context, request, response);
+  return Unary("/loom.v1.JobService/CreateJob", &loom::v1::JobService::StubInterface::CreateJob,
+               context, request, response);
 }
 
 grpc::Status Connection::GetJob(grpc::ClientContext* context,
                                 const loom::v1::GetJobRequest& request, loom::v1::Job* response) {
-  if (wire_ == nullptr) return jobs().GetJob(context, request, response);
-  return Wire("/loom.v1.JobService/GetJob", context, request, response);
+  return Unary("/loom.v1.JobService/GetJob", &loom::v1::JobService::StubInterface::GetJob, context,
+               request, response);
 }
 
 grpc::Status Connection::ListJobs(grpc::ClientContext* context,
                                   const loom::v1::ListJobsRequest& request,
                                   loom::v1::ListJobsResponse* response) {
-  if (wire_ == nullptr) return jobs().ListJobs(context, request, response);
-  return Wire("/loom.v1.JobService/ListJobs", context, request, response);
+  return Unary("/loom.v1.JobService/ListJobs", &loom::v1::JobService::StubInterface::ListJobs,
+               context, request, response);
 }
 
 grpc::Status Connection::CancelJob(grpc::ClientContext* context,
                                    const loom::v1::CancelJobRequest& request,
                                    loom::v1::Job* response) {
-  if (wire_ == nullptr) return jobs().CancelJob(context, request, response);
-  return Wire("/loom.v1.JobService/CancelJob", context, request, response);
+  return Unary("/loom.v1.JobService/CancelJob", &loom::v1::JobService::StubInterface::CancelJob,
+               context, request, response);
 }
 
 void Connection::PrepareStream(grpc::ClientContext* context) const {

@@ -10,7 +10,6 @@
 #include <string>
 #include <string_view>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/wire_client.h"
@@ -80,14 +79,17 @@ class Connection {
 
  private:
   void MakeChannel();
-  grpc::Status Wire(std::string_view path, grpc::ClientContext* context,
-                    const google::protobuf::MessageLite& request,
-                    google::protobuf::MessageLite* response);
+  // `path` on the wire when this connection has a WireClient, else `stub_method` of jobs().
+  template <typename Request, typename Response>
+  grpc::Status Unary(std::string_view path,
+                     grpc::Status (loom::v1::JobService::StubInterface::*stub_method)(
+                         grpc::ClientContext*, const Request&, Response*),
+                     grpc::ClientContext* context, const Request& request, Response* response);
 
   std::string server_;
   absl::Duration rpc_timeout_;
   std::string token_;
-  std::shared_ptr<grpc::ChannelCredentials> credentials_;  // null: make_credentials_, or plaintext
+  // Called once, by MakeChannel; null: plaintext.
   std::function<std::shared_ptr<grpc::ChannelCredentials>()> make_credentials_;
   std::once_flag channel_once_;
   std::shared_ptr<grpc::Channel> channel_;

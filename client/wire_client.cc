@@ -397,6 +397,9 @@ WireClient::~WireClient() {
 }
 
 grpc::Status WireClient::Connect(absl::Time deadline) {
+  absl::StatusOr<HostPort> hp = ParseHostPort(server_);
+  if (!hp.ok())
+    return grpc::Status(StatusCode::INVALID_ARGUMENT, std::string(hp.status().message()));
   if (adopted_fd_ != -1) {
     if (adopted_fd_ == -2) {
       return grpc::Status(StatusCode::UNAVAILABLE, "the connection to " + server_ + " is gone");
@@ -404,11 +407,8 @@ grpc::Status WireClient::Connect(absl::Time deadline) {
     const int fd = adopted_fd_;
     adopted_fd_ = -2;
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
-    return StartSession(fd, deadline);
+    return StartSession(fd, hp->host, deadline);
   }
-  absl::StatusOr<HostPort> hp = ParseHostPort(server_);
-  if (!hp.ok())
-    return grpc::Status(StatusCode::INVALID_ARGUMENT, std::string(hp.status().message()));
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -453,18 +453,14 @@ grpc::Status WireClient::Connect(absl::Time deadline) {
   }
   const int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  return StartSession(fd, deadline);
+  return StartSession(fd, hp->host, deadline);
 }
 
-grpc::Status WireClient::StartSession(int fd, absl::Time deadline) {
+grpc::Status WireClient::StartSession(int fd, const std::string& host, absl::Time deadline) {
   auto session = std::make_unique<Session>();
   session->fd = fd;
   if (tls_.has_value()) {
-    absl::StatusOr<HostPort> hp = ParseHostPort(server_);
-    if (!hp.ok()) {
-      return grpc::Status(StatusCode::INVALID_ARGUMENT, std::string(hp.status().message()));
-    }
-    if (grpc::Status s = session->StartTls(*tls_, hp->host, deadline); !s.ok()) return s;
+    if (grpc::Status s = session->StartTls(*tls_, host, deadline); !s.ok()) return s;
   }
   nghttp2_session_callbacks* callbacks = nullptr;
   if (nghttp2_session_callbacks_new(&callbacks) != 0) {

@@ -47,9 +47,10 @@ class WireClient {
   // With `tls`, the connection is TLS, else plaintext.
   WireClient(std::string server, std::string token, std::optional<WireTls> tls = std::nullopt);
   // Over `connected_fd`, a stream socket already connected to the server, which it takes over
-  // (closes); `server` names it in the :authority header and in errors. For tests and the fuzz
-  // target, which play the server on the other end of a socketpair. After a transport error the
-  // client has no way back to the server: later calls fail with UNAVAILABLE.
+  // (closes); `server` (HOST:PORT) names it in the :authority header, for TLS and in errors.
+  // For tests and the fuzz target, which play the server on the other end of a socketpair.
+  // After a transport error the client has no way back to the server: later calls fail with
+  // UNAVAILABLE.
   WireClient(int connected_fd, std::string server, std::string token,
              std::optional<WireTls> tls = std::nullopt);
   ~WireClient();
@@ -71,7 +72,9 @@ class WireClient {
   struct Session;  // the socket and the nghttp2 session, open between calls
 
   grpc::Status Connect(absl::Time deadline);
-  grpc::Status StartSession(int fd, absl::Time deadline);
+  // Over the connected `fd` (taken over): TLS with `host` as the name to verify, when tls_ is
+  // set, then HTTP/2's settings.
+  grpc::Status StartSession(int fd, const std::string& host, absl::Time deadline);
 
   std::string server_;
   std::string token_;

@@ -44,8 +44,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
 
 // Whether MakeChannelCredentials(files, insecure, target, flag_prefix) makes plaintext
 // credentials (true) or TLS ones (false), with the same checks and errors (the CA file is read),
-// and without making
-// any: creating gRPC credentials starts gRPC's runtime, which a plaintext CLI call avoids.
+// and without making any: creating gRPC credentials starts gRPC's runtime, which loomctl's wire
+// calls avoid.
 absl::StatusOr<bool> ChannelIsPlaintext(const TlsFiles& files, bool insecure,
                                         absl::string_view target, absl::string_view flag_prefix);
 
