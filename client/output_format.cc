@@ -4,7 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "client/yaml_json.h"
+#include "common/yaml_json.h"
 
 namespace loom::client {
 

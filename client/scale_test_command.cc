@@ -11,8 +11,8 @@
 #include "client/output_format.h"
 #include "client/request_id.h"
 #include "client/scale_plot.h"
-#include "client/spec_yaml.h"
 #include "common/grpc_status.h"
+#include "common/spec_yaml.h"
 
 namespace loom::client {
 namespace {

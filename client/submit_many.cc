@@ -12,8 +12,8 @@
 #include "client/exit_codes.h"
 #include "client/output_format.h"
 #include "client/request_id.h"
-#include "client/spec_yaml.h"
 #include "common/grpc_status.h"
+#include "common/spec_yaml.h"
 #include "loom/v1/job.pb.h"
 
 namespace loom::client {

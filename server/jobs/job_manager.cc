@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "common/echo.h"
 #include "common/logging.h"
+#include "common/spec_yaml.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "google/protobuf/util/time_util.h"
@@ -248,6 +249,18 @@ nodes::Capacity JobManager::ReadyCapacity() {
 absl::StatusOr<v1::Job> JobManager::CreateJob(const v1::CreateJobRequest& request,
                                               const std::string& tenant,
                                               const std::string& scale_test) {
+  if (request.has_spec_yaml()) {
+    // The spec as YAML (job.proto JobSpecYaml): converted here, outside the lock, by the reader
+    // loomctl uses, then the request is the one the client could have sent with the spec.
+    if (request.has_spec()) {
+      return absl::InvalidArgumentError(
+          "spec and spec_yaml are exclusive; send the spec one way (loomctl sends spec_yaml)");
+    }
+    v1::CreateJobRequest converted;
+    ASSIGN_OR_RETURN(*converted.mutable_spec(), JobSpecFromYamlMessage(request.spec_yaml()));
+    converted.set_request_id(request.request_id());
+    return CreateJob(converted, tenant, scale_test);
+  }
   // A scale test's copies carry ids of its own making ("scaletests/{id}/{devices}").
   if (scale_test.empty()) RETURN_IF_ERROR(store::CheckRequestId(request.request_id()));
   if (!request.has_spec()) {

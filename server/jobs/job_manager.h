@@ -151,7 +151,9 @@ class JobManager {
 
   // ---- Jobs (JobService) ----
 
-  // Validates and stores a new QUEUED job owned by `tenant`, then schedules. A non-empty
+  // Validates and stores a new QUEUED job owned by `tenant`, then schedules. A request with
+  // spec_yaml is converted first (common/spec_yaml.h; its errors are INVALID_ARGUMENT naming the
+  // line and key) and is then the request with that spec. A non-empty
   // request_id already used by the same tenant returns the job created with it (no second job)
   // when the spec is the same (once defaults are filled), and ALREADY_EXISTS when it differs;
   // request ids of different tenants never meet. After validation, FAILED_PRECONDITION for a

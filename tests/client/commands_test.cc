@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/connection.h"
+#include "common/spec_yaml.h"
 #include "loom/v1/job.grpc.pb.h"
 #include "loom/v1/node.grpc.pb.h"
 
@@ -39,7 +40,20 @@ class FakeJobs final : public loom::v1::JobService::Service {
   grpc::Status CreateJob(grpc::ServerContext*, const loom::v1::CreateJobRequest* request,
                          Job* response) override {
     std::lock_guard<std::mutex> lock(mu);
-    creates.push_back(*request);
+    sent.push_back(*request);
+    // What loomd does with a spec sent as YAML (JobManager::CreateJob): the same reader, so
+    // `creates` holds the request as if it had carried the spec.
+    loom::v1::CreateJobRequest converted = *request;
+    if (request->has_spec_yaml()) {
+      absl::StatusOr<loom::v1::JobSpec> spec = JobSpecFromYamlMessage(request->spec_yaml());
+      if (!spec.ok()) {
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            std::string(spec.status().message()));
+      }
+      converted.clear_spec_yaml();
+      *converted.mutable_spec() = *std::move(spec);
+    }
+    creates.push_back(converted);
     if (!create_error.ok()) return create_error;
     if (name_by_spec) {
       if (request->spec().name() == "refused") {
@@ -128,7 +142,8 @@ class FakeJobs final : public loom::v1::JobService::Service {
   std::mutex mu;
   grpc::Status create_error = grpc::Status::OK;
   loom::v1::JobReport report;
-  std::vector<loom::v1::CreateJobRequest> creates;
+  std::vector<loom::v1::CreateJobRequest> sent;     // as received
+  std::vector<loom::v1::CreateJobRequest> creates;  // with spec_yaml converted to spec
   // Name each job after its spec ("jobs/{spec.name}"), and refuse the spec named "refused".
   bool name_by_spec = false;
   std::vector<std::string> gets;
@@ -293,6 +308,12 @@ TEST_P(CommandsTest, SubmitSendsTheSpecAndAFreshRequestId) {
   EXPECT_EQ(jobs_.creates[2].request_id(), "mine");
   EXPECT_EQ(jobs_.creates[0].spec().resources().cpu_devices(), 2);
   EXPECT_EQ(jobs_.creates[0].spec().data().path(), (dir_ / "t.bin").string());
+  // One file travels as its text, its name and its directory; loomd parses it.
+  ASSERT_EQ(jobs_.sent.size(), 3u);
+  EXPECT_FALSE(jobs_.sent[0].has_spec());
+  EXPECT_EQ(jobs_.sent[0].spec_yaml().text(), "resources: {cpu_devices: 2}\ndata: {path: t.bin}\n");
+  EXPECT_EQ(jobs_.sent[0].spec_yaml().source(), file);
+  EXPECT_EQ(jobs_.sent[0].spec_yaml().base_dir(), dir_.string());
 }
 
 // A sweep: every file is a job, created over the one connection, printed in the order of the
@@ -352,11 +373,22 @@ TEST_P(CommandsTest, ASweepSendsNothingWhenASpecIsBadAndReportsRefusalsByFile) {
   EXPECT_EQ(jobs_.creates.size(), 2u);
 }
 
-TEST_P(CommandsTest, BadYamlIsExit2AndNothingIsSent) {
+// loomd's answer to a bad file names the file, line and column, as loomctl's own parse did.
+TEST_P(CommandsTest, BadYamlIsExit2NamingTheLineAndNoJobIsCreated) {
   const std::string file = WriteSpec("resources: {cpu_devices: 2\n");
   EXPECT_EQ(RunSubmit(ctx_, {.files = {file}}), 2);
   EXPECT_THAT(err_.str(), HasSubstr("job.yaml:2:1: YAML syntax error"));
   EXPECT_TRUE(jobs_.creates.empty());
+}
+
+// A file that cannot be read, or is far too large to be a spec, is refused before anything is
+// sent.
+TEST_P(CommandsTest, UnreadableOrHugeSpecFileIsExit2AndNothingIsSent) {
+  EXPECT_EQ(RunSubmit(ctx_, {.files = {(dir_ / "missing.yaml").string()}}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("cannot read job spec"));
+  EXPECT_EQ(RunSubmit(ctx_, {.files = {"/dev/zero"}}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("/dev/zero: the job spec is over 1048576 bytes"));
+  EXPECT_TRUE(jobs_.sent.empty());
 }
 
 TEST_P(CommandsTest, ServerRejectionIsExit2WithTheServersMessage) {

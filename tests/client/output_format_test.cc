@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "client/yaml_json.h"
+#include "common/yaml_json.h"
 #include "loom/v1/job.pb.h"
 
 namespace loom::client {

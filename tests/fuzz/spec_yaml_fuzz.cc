@@ -1,8 +1,9 @@
-// Fuzz target: loomctl's job spec reader (client/spec_yaml.cc and client/yaml_json.cc), YAML
-// text to JobSpec, and the YAML <-> JSON bridge. Contracts: never a crash and never an
+// Fuzz target: the job spec reader (common/spec_yaml.cc and common/yaml_json.cc), which loomctl
+// runs on spec files and loomd on a CreateJob's spec_yaml: YAML text to JobSpec, and the
+// YAML <-> JSON bridge. Contracts: never a crash and never an
 // exception out of these functions (yaml-cpp throws; yaml_json.h promises to catch);
 // JsonToYaml output reads back as the same JSON (yaml_json.h: "the output round-trips");
-// JobSpecFromYaml, which sets the message by reflection (client/json_message.h), accepts what
+// JobSpecFromYaml, which sets the message by reflection (common/json_message.h), accepts what
 // protobuf's JSON parser accepts from the same checked JSON and gives the same message.
 #include <cmath>
 #include <cstddef>
@@ -11,8 +12,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "client/spec_yaml.h"
-#include "client/yaml_json.h"
+#include "common/spec_yaml.h"
+#include "common/yaml_json.h"
 #include "tests/support/spec_json_reference.h"
 
 namespace {
@@ -46,13 +47,11 @@ bool HasNoncharacter(const std::string& s) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
-  (void)loom::client::JobSpecFromYaml(text, "fuzz.yaml", "/base");
+  (void)loom::JobSpecFromYaml(text, "fuzz.yaml", "/base");
 
   // The reflective setter against protobuf's JSON parser, the reference it replaced.
-  const absl::StatusOr<loom::v1::JobSpec> spec =
-      loom::client::JobSpecFromYaml(text, "fuzz.yaml", "");
-  const absl::StatusOr<nlohmann::json> checked =
-      loom::client::internal::JobSpecJson(text, "fuzz.yaml");
+  const absl::StatusOr<loom::v1::JobSpec> spec = loom::JobSpecFromYaml(text, "fuzz.yaml", "");
+  const absl::StatusOr<nlohmann::json> checked = loom::internal::JobSpecJson(text, "fuzz.yaml");
   if (checked.ok()) {
     const absl::StatusOr<loom::v1::JobSpec> reference =
         loom::testing::JobSpecByProtobufJsonParser(*checked);
@@ -74,9 +73,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::abort();
   }
 
-  absl::StatusOr<YAML::Node> node = loom::client::ParseYamlDocument(text, "fuzz.yaml");
+  absl::StatusOr<YAML::Node> node = loom::ParseYamlDocument(text, "fuzz.yaml");
   if (!node.ok()) return 0;
-  const nlohmann::json json = loom::client::YamlToJson(*node);
+  const nlohmann::json json = loom::YamlToJson(*node);
   if (HasNan(json)) return 0;
   std::string dumped;
   try {
@@ -87,16 +86,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Unicode's 66 noncharacters (U+FDD0..U+FDEF and the last two code points of every plane)
   // are written as U+FFFD by yaml-cpp 0.7's emitter inside a double-quoted scalar instead of
   // being escaped: a limit of the library, for characters no spec needs (every other code
-  // point round-trips: tests/client/yaml_json_test.cc, EveryCodePointOutsideTheNoncharacters).
+  // point round-trips: tests/common/yaml_json_test.cc, EveryCodePointOutsideTheNoncharacters).
   if (HasNoncharacter(dumped)) return 0;
-  const std::string yaml = loom::client::JsonToYaml(nlohmann::ordered_json::parse(dumped));
-  absl::StatusOr<YAML::Node> back = loom::client::ParseYamlDocument(yaml, "round-trip.yaml");
+  const std::string yaml = loom::JsonToYaml(nlohmann::ordered_json::parse(dumped));
+  absl::StatusOr<YAML::Node> back = loom::ParseYamlDocument(yaml, "round-trip.yaml");
   if (!back.ok()) {
     std::fprintf(stderr, "JsonToYaml wrote YAML that does not parse: %s\n--- yaml ---\n%s\n",
                  std::string(back.status().message()).c_str(), yaml.c_str());
     std::abort();
   }
-  const nlohmann::json again = loom::client::YamlToJson(*back);
+  const nlohmann::json again = loom::YamlToJson(*back);
   if (again != json) {
     std::fprintf(stderr,
                  "round trip changed the value\n--- json ---\n%s\n--- yaml ---\n%s\n"

@@ -118,6 +118,90 @@ TEST_F(JobManagerSpecTest, RequestIdReusedWithAnotherSpecIsRefused) {
   EXPECT_EQ(JobCount(), 1);
 }
 
+v1::CreateJobRequest YamlRequest(const std::string& text, const std::string& request_id = "",
+                                 const std::string& source = "job.yaml") {
+  v1::CreateJobRequest request;
+  request.mutable_spec_yaml()->set_text(text);
+  request.mutable_spec_yaml()->set_source(source);
+  request.set_request_id(request_id);
+  return request;
+}
+
+constexpr char kCpuSpecYaml[] =
+    "name: test-job\n"
+    "model: {preset: tiny}\n"
+    "data: {builtin: tiny-corpus}\n"
+    "train: {steps: 10}\n"
+    "resources: {cpu_devices: 2}\n"
+    "restart: {max_restarts: 0, backoff_seconds: 1}\n";
+
+// A spec sent as YAML (what loomctl submit sends) is the job the same spec as a message makes:
+// one job for both under one request_id, whichever came first.
+TEST_F(JobManagerSpecTest, ASpecSentAsYamlIsTheSameSpecAsTheMessage) {
+  Connect(CpuNode("n1", 2));
+  absl::StatusOr<v1::Job> from_yaml = manager_->CreateJob(YamlRequest(kCpuSpecYaml, "req-1"));
+  ASSERT_TRUE(from_yaml.ok()) << from_yaml.status();
+  EXPECT_EQ(from_yaml->spec().resources().cpu_devices(), 2);
+  EXPECT_EQ(from_yaml->spec().model().preset(), "tiny");
+  absl::StatusOr<v1::Job> from_message = manager_->CreateJob(CreateRequest(CpuSpec(2), "req-1"));
+  ASSERT_TRUE(from_message.ok()) << from_message.status();
+  EXPECT_EQ(from_message->name(), from_yaml->name());
+  absl::StatusOr<v1::Job> again = manager_->CreateJob(YamlRequest(kCpuSpecYaml, "req-1"));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->name(), from_yaml->name());
+  EXPECT_EQ(JobCount(), 1);
+}
+
+// Untrusted YAML from the wire: every error is INVALID_ARGUMENT naming the source, line and key
+// (or the field of JobSpecYaml), nothing is stored, and no input crashes loomd.
+TEST_F(JobManagerSpecTest, BadYamlIsRefusedWithItsLineAndNothingIsStored) {
+  Connect(CpuNode("n1", 2));
+  struct Case {
+    v1::CreateJobRequest request;
+    std::string expected;
+  };
+  std::vector<Case> cases;
+  cases.push_back({YamlRequest("resources: {cpu_devices: 2\n"), "job.yaml:2:1: YAML syntax error"});
+  cases.push_back({YamlRequest("model: {layrs: 2}\n"), "job.yaml:1:9: model.layrs: unknown key"});
+  cases.push_back({YamlRequest("resources: {cpu_devices: two}\n", "", ""),
+                   "spec_yaml:1:26: resources.cpu_devices"});
+  cases.push_back({YamlRequest(""), "job.yaml: the job spec is empty"});
+  // Nesting far past any spec's: refused (yaml-cpp's own depth limit, or the schema), not a
+  // stack overflow in loomd.
+  cases.push_back({YamlRequest(std::string(100000, '[')), "job.yaml:"});
+  cases.push_back(
+      {YamlRequest("model: " + std::string(5000, '[') + std::string(5000, ']')), "job.yaml:"});
+  cases.push_back({YamlRequest("name: x\n", "", "a\x1b[2Jb"), "spec_yaml.source:"});
+  cases.push_back({YamlRequest("name: x\n", "", std::string(513, 'a')), "spec_yaml.source:"});
+  cases.push_back({YamlRequest(std::string((1 << 20) + 1, '#')), "spec_yaml.text:"});
+  v1::CreateJobRequest both = YamlRequest(kCpuSpecYaml);
+  *both.mutable_spec() = CpuSpec(2);
+  cases.push_back({both, "spec and spec_yaml are exclusive"});
+  v1::CreateJobRequest relative = YamlRequest(kCpuSpecYaml);
+  relative.mutable_spec_yaml()->set_base_dir("data/here");
+  cases.push_back({relative, "spec_yaml.base_dir: must be an absolute directory"});
+  for (const Case& c : cases) {
+    const absl::Status refused = manager_->CreateJob(c.request).status();
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+    EXPECT_THAT(std::string(refused.message()), HasSubstr(c.expected));
+  }
+  EXPECT_EQ(JobCount(), 0);
+}
+
+// base_dir is where loomctl found the file: relative paths in it are resolved against it, and
+// are then checked like any path a spec names.
+TEST_F(JobManagerSpecTest, RelativePathsInYamlAreResolvedAgainstBaseDir) {
+  Connect(CpuNode("n1", 2));
+  v1::CreateJobRequest request = YamlRequest(
+      "model: {preset: tiny}\ndata: {path: corpus/train.bin}\ntrain: {steps: 10}\n"
+      "resources: {cpu_devices: 2}\ncheckpoint: {dir: ../ckpt}\n");
+  request.mutable_spec_yaml()->set_base_dir("/srv/team/run1");
+  absl::StatusOr<v1::Job> job = manager_->CreateJob(request);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->spec().data().path(), "/srv/team/run1/corpus/train.bin");
+  EXPECT_EQ(job->spec().checkpoint().dir(), "/srv/team/ckpt");
+}
+
 // "/" separates the tenant in the idempotency key: a default-tenant id "team-b/x" would be
 // tenant team-b's key "x", and would find (or squat) that tenant's job.
 TEST_F(JobManagerSpecTest, RequestIdWithTheTenantSeparatorIsRefused) {

@@ -1,6 +1,6 @@
-// The reference that loomctl's reflective spec setter (client/json_message.h) is checked
+// The reference that loomctl's reflective spec setter (common/json_message.h) is checked
 // against: protobuf's JSON parser on the same checked JSON. Shared by
-// tests/client/spec_yaml_test.cc (chosen specs) and tests/fuzz/spec_yaml_fuzz.cc (any input).
+// tests/common/spec_yaml_test.cc (chosen specs) and tests/fuzz/spec_yaml_fuzz.cc (any input).
 #pragma once
 
 #include <google/protobuf/util/field_comparator.h>
@@ -16,15 +16,11 @@
 namespace loom::testing {
 
 // What JobSpecFromYaml(yaml, source, "") would give if it still handed `checked` (the output of
-// client::internal::JobSpecJson for that YAML) to protobuf's JSON parser, or the parser's error.
-// JobSpecFromYaml resolves paths through mutable_data() and mutable_checkpoint(), which leaves
-// both present, so the reference has them too.
+// loom::internal::JobSpecJson for that YAML) to protobuf's JSON parser, or the parser's error.
 inline absl::StatusOr<v1::JobSpec> JobSpecByProtobufJsonParser(const nlohmann::json& checked) {
   v1::JobSpec reference;
   const auto status = google::protobuf::util::JsonStringToMessage(checked.dump(), &reference);
   if (!status.ok()) return absl::InvalidArgumentError(std::string(status.message()));
-  reference.mutable_data();
-  reference.mutable_checkpoint();
   return reference;
 }
 

@@ -1,4 +1,4 @@
-#include "client/json_message.h"
+#include "common/json_message.h"
 
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/util/json_util.h>
@@ -11,7 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
-namespace loom::client {
+namespace loom {
 namespace {
 
 using google::protobuf::Descriptor;
@@ -251,4 +251,4 @@ absl::Status SetMessageFromCheckedJson(const json& tree, Message* message) {
   return SetMessage(tree, message, "");
 }
 
-}  // namespace loom::client
+}  // namespace loom

@@ -1,6 +1,6 @@
-// YAML job specs -> JobSpec through the protobuf JSON mapping (client/spec_yaml.h), set by
-// reflection (client/json_message.h) with the result of protobuf's JSON parser.
-#include "client/spec_yaml.h"
+// YAML job specs -> JobSpec through the protobuf JSON mapping (common/spec_yaml.h), set by
+// reflection (common/json_message.h) with the result of protobuf's JSON parser.
+#include "common/spec_yaml.h"
 
 #include <gmock/gmock.h>
 #include <google/protobuf/util/message_differencer.h>
@@ -12,7 +12,7 @@
 
 #include "tests/support/spec_json_reference.h"
 
-namespace loom::client {
+namespace loom {
 namespace {
 
 using ::testing::HasSubstr;
@@ -218,6 +218,15 @@ TEST(SpecYamlTest, RelativePathsResolveAgainstTheSpecDirectory) {
   EXPECT_EQ(spec->checkpoint().dir(), "/home/u/exp/ckpt");
 }
 
+// Resolving paths adds no message the YAML did not have: `checkpoint {}` would make the spec
+// differ from the same spec sent as a message.
+TEST(SpecYamlTest, ResolvingPathsAddsNoEmptyMessage) {
+  auto spec = JobSpecFromYaml("name: x\n", "job.yaml", "/home/u/exp");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_FALSE(spec->has_data());
+  EXPECT_FALSE(spec->has_checkpoint());
+}
+
 TEST(SpecYamlTest, LoadJobSpecFileUsesTheFileDirectory) {
   const std::filesystem::path dir =
       std::filesystem::path(::testing::TempDir()) / "spec_yaml_test_dir";
@@ -237,6 +246,69 @@ TEST(SpecYamlTest, LoadJobSpecFileUsesTheFileDirectory) {
   std::filesystem::remove_all(dir);
 }
 
+// What loomctl reads and sends (ReadJobSpecFile), and what loomd makes of it
+// (JobSpecFromYamlMessage), which checks the fields a client could have forged.
+TEST(SpecYamlTest, ReadJobSpecFileSendsTextSourceAndDirectory) {
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / "spec_yaml_read_dir";
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path file = dir / "job.yaml";
+  {
+    std::ofstream out(file);
+    out << "data: {path: train.bin}\n";
+  }
+  auto yaml = ReadJobSpecFile(file.string());
+  ASSERT_TRUE(yaml.ok()) << yaml.status();
+  EXPECT_EQ(yaml->text(), "data: {path: train.bin}\n");
+  EXPECT_EQ(yaml->source(), file.string());
+  EXPECT_EQ(std::filesystem::path(yaml->base_dir()), std::filesystem::absolute(dir));
+  auto spec = JobSpecFromYamlMessage(*yaml);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->data().path(), (std::filesystem::absolute(dir) / "train.bin").string());
+
+  // Only a megabyte and a byte are read of a file that never ends.
+  auto endless = ReadJobSpecFile("/dev/zero");
+  ASSERT_FALSE(endless.ok());
+  EXPECT_THAT(std::string(endless.status().message()),
+              HasSubstr("/dev/zero: the job spec is over 1048576 bytes"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(SpecYamlTest, JobSpecFromYamlMessageChecksSourceAndBaseDir) {
+  v1::JobSpecYaml yaml;
+  yaml.set_text("data: {path: t.bin}\nmodel: {layers: x}\n");
+  // No source: errors call the text spec_yaml.
+  auto unnamed = JobSpecFromYamlMessage(yaml);
+  ASSERT_FALSE(unnamed.ok());
+  EXPECT_THAT(std::string(unnamed.status().message()), HasSubstr("spec_yaml:2:"));
+  yaml.set_text("data: {path: t.bin}\n");
+  auto as_written = JobSpecFromYamlMessage(yaml);
+  ASSERT_TRUE(as_written.ok()) << as_written.status();
+  EXPECT_EQ(as_written->data().path(), "t.bin");
+
+  for (const std::string& bad : {std::string("a\nb"), std::string("\x1b]0;x\x07"),
+                                 std::string(600, 's'), std::string("a\x7f")}) {
+    v1::JobSpecYaml forged = yaml;
+    forged.set_source(bad);
+    auto spec = JobSpecFromYamlMessage(forged);
+    ASSERT_FALSE(spec.ok());
+    EXPECT_THAT(std::string(spec.status().message()), HasSubstr("spec_yaml.source:"));
+  }
+  for (const std::string& bad :
+       {std::string("relative/dir"), std::string("/a\0b", 4), "/" + std::string(5000, 'd')}) {
+    v1::JobSpecYaml forged = yaml;
+    forged.set_base_dir(bad);
+    auto spec = JobSpecFromYamlMessage(forged);
+    ASSERT_FALSE(spec.ok());
+    EXPECT_THAT(std::string(spec.status().message()), HasSubstr("spec_yaml.base_dir:"));
+  }
+  v1::JobSpecYaml huge;
+  huge.set_text(std::string((1 << 20) + 1, '#'));
+  auto refused = JobSpecFromYamlMessage(huge);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("spec_yaml.text:"));
+}
+
 TEST(SpecYamlTest, EmptyValueOfAMessageFieldMeansPresent) {
   auto spec = JobSpecFromYaml("parallelism:\n  auto:\nname:\n", "job.yaml", "");
   ASSERT_TRUE(spec.ok()) << spec.status();
@@ -245,9 +317,9 @@ TEST(SpecYamlTest, EmptyValueOfAMessageFieldMeansPresent) {
 }
 
 }  // namespace
-}  // namespace loom::client
+}  // namespace loom
 
-namespace loom::client {
+namespace loom {
 namespace {
 
 // JobSpecFromYaml sets the message by reflection instead of handing the checked JSON to
@@ -288,4 +360,4 @@ TEST(SpecYamlTest, ReflectionGivesWhatProtobufsJsonParserGives) {
 }
 
 }  // namespace
-}  // namespace loom::client
+}  // namespace loom

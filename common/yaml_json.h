@@ -19,7 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace loom::client {
+namespace loom {
 
 // Parses exactly one YAML document. `source_name` (a file name, or "<stdin>") prefixes every
 // error, which names the 1-based line and column: "job.yaml:3:7: YAML syntax error: ...".
@@ -42,4 +42,4 @@ nlohmann::json YamlToJson(const YAML::Node& node);
 // back as another type (e.g. "12", "true", "") are quoted so that the output round-trips.
 std::string JsonToYaml(const nlohmann::ordered_json& value);
 
-}  // namespace loom::client
+}  // namespace loom

@@ -1,5 +1,5 @@
-// YAML <-> JSON with typed scalars (client/yaml_json.h).
-#include "client/yaml_json.h"
+// YAML <-> JSON with typed scalars (common/yaml_json.h).
+#include "common/yaml_json.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-namespace loom::client {
+namespace loom {
 namespace {
 
 nlohmann::json Convert(const std::string& yaml) {
@@ -176,4 +176,4 @@ TEST(YamlJsonTest, EveryCodePointOutsideTheNoncharactersRoundTrips) {
 }
 
 }  // namespace
-}  // namespace loom::client
+}  // namespace loom

@@ -6,7 +6,7 @@
 // loomctl); a submit is about 3.5 ms of CPU. The spec reader
 // (spec_yaml.cc) has already checked every key and value, so nothing is left to parse. Measured
 // side by side over 300 alternating submits, loomctl's CPU fell by about 0.1 ms (median).
-// tests/client/spec_yaml_test.cc and the spec_yaml fuzz target check that the result equals
+// tests/common/spec_yaml_test.cc and the spec_yaml fuzz target check that the result equals
 // JsonStringToMessage's on the same JSON, and that both accept and refuse the same inputs.
 #pragma once
 
@@ -18,7 +18,7 @@
 
 #include "absl/status/status.h"
 
-namespace loom::client {
+namespace loom {
 
 // The field of `d` named `key` in its proto (snake_case) or JSON (lowerCamelCase) spelling, or
 // null. Both the spec reader and the setter below accept either spelling.
@@ -37,4 +37,4 @@ const google::protobuf::FieldDescriptor* FieldByEitherName(const google::protobu
 absl::Status SetMessageFromCheckedJson(const nlohmann::json& tree,
                                        google::protobuf::Message* message);
 
-}  // namespace loom::client
+}  // namespace loom

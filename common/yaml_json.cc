@@ -1,4 +1,4 @@
-#include "client/yaml_json.h"
+#include "common/yaml_json.h"
 
 #include <yaml-cpp/eventhandler.h>
 
@@ -17,7 +17,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
-namespace loom::client {
+namespace loom {
 namespace {
 
 bool AllOf(absl::string_view s, bool (*pred)(unsigned char)) {
@@ -300,4 +300,4 @@ std::string JsonToYaml(const nlohmann::ordered_json& value) {
   return text;
 }
 
-}  // namespace loom::client
+}  // namespace loom

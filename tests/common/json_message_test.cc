@@ -1,6 +1,6 @@
-// client/json_message.h: a message set by reflection from checked JSON, and the errors that such
+// common/json_message.h: a message set by reflection from checked JSON, and the errors that such
 // JSON can still carry, each naming its field path.
-#include "client/json_message.h"
+#include "common/json_message.h"
 
 #include <gmock/gmock.h>
 #include <google/protobuf/descriptor.pb.h>
@@ -15,7 +15,7 @@
 #include "loom/v1/job.pb.h"
 #include "loom/v1/node.pb.h"
 
-namespace loom::client {
+namespace loom {
 namespace {
 
 using nlohmann::json;
@@ -104,4 +104,4 @@ TEST(JsonMessageTest, WhatCheckedJsonCanStillGetWrongIsRefusedWithItsPath) {
 }
 
 }  // namespace
-}  // namespace loom::client
+}  // namespace loom

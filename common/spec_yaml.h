@@ -20,7 +20,7 @@
 #include "absl/strings/string_view.h"
 #include "loom/v1/job.pb.h"
 
-namespace loom::client {
+namespace loom {
 
 // Converts YAML text to a JobSpec. `source_name` names the text in errors. When `base_dir` is
 // not empty, relative data.path, data.val_path and checkpoint.dir are resolved against it
@@ -29,8 +29,19 @@ absl::StatusOr<loom::v1::JobSpec> JobSpecFromYaml(absl::string_view yaml,
                                                   absl::string_view source_name,
                                                   const std::filesystem::path& base_dir);
 
-// Reads `path` ("-" reads standard input) and converts it; relative paths in the spec are
-// resolved against the file's directory (the working directory for standard input).
+// Reads `path` ("-" reads standard input) without parsing it: the text, the name errors use for
+// it (the path, or "<stdin>"), and the absolute directory its relative paths are resolved
+// against (the file's directory; the working directory for standard input). NOT_FOUND names
+// the file when it cannot be read; INVALID_ARGUMENT when it is over the size limit (1 MiB; only
+// that much is read).
+absl::StatusOr<loom::v1::JobSpecYaml> ReadJobSpecFile(const std::string& path);
+
+// Converts what ReadJobSpecFile read, or what a client sent as CreateJobRequest.spec_yaml
+// (untrusted: source and base_dir are checked as job.proto says, INVALID_ARGUMENT naming the
+// field), with JobSpecFromYaml.
+absl::StatusOr<loom::v1::JobSpec> JobSpecFromYamlMessage(const loom::v1::JobSpecYaml& yaml);
+
+// ReadJobSpecFile, then JobSpecFromYamlMessage.
 absl::StatusOr<loom::v1::JobSpec> LoadJobSpecFile(const std::string& path);
 
 namespace internal {
@@ -41,4 +52,4 @@ absl::StatusOr<nlohmann::json> JobSpecJson(absl::string_view yaml, absl::string_
 
 }  // namespace internal
 
-}  // namespace loom::client
+}  // namespace loom

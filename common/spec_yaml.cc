@@ -1,4 +1,4 @@
-#include "client/spec_yaml.h"
+#include "common/spec_yaml.h"
 
 #include <google/protobuf/descriptor.h>
 #include <yaml-cpp/yaml.h>
@@ -14,7 +14,6 @@
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -23,11 +22,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "client/json_message.h"
-#include "client/yaml_json.h"
+#include "common/json_message.h"
 #include "common/status_macros.h"
+#include "common/yaml_json.h"
 
-namespace loom::client {
+namespace loom {
 namespace {
 
 using google::protobuf::Descriptor;
@@ -36,7 +35,17 @@ using google::protobuf::EnumValueDescriptor;
 using google::protobuf::FieldDescriptor;
 using nlohmann::json;
 
-constexpr size_t kMaxSpecBytes = 4 << 20;
+// A spec travels as text in a CreateJob request (job.proto JobSpecYaml), which loomd takes up to
+// 4 MiB; a real spec is a few KiB, so 1 MiB leaves room for comments and is far from that.
+constexpr size_t kMaxSpecBytes = 1 << 20;
+
+// Reads at most kMaxSpecBytes + 1 bytes of `in`, so that /dev/zero or a huge file is refused
+// after a megabyte instead of being read whole.
+void ReadBounded(std::istream& in, std::string* text) {
+  text->resize(kMaxSpecBytes + 1);
+  in.read(text->data(), static_cast<std::streamsize>(text->size()));
+  text->resize(static_cast<size_t>(in.gcount()));
+}
 
 size_t EditDistance(absl::string_view a, absl::string_view b) {
   std::vector<size_t> row(b.size() + 1);
@@ -411,21 +420,24 @@ absl::StatusOr<loom::v1::JobSpec> JobSpecFromYaml(absl::string_view yaml,
     return absl::InvalidArgumentError(
         absl::StrCat(source_name, ": invalid job spec: ", s.message()));
   }
-  Resolve(spec.mutable_data()->mutable_path(), base_dir);
-  Resolve(spec.mutable_data()->mutable_val_path(), base_dir);
-  Resolve(spec.mutable_checkpoint()->mutable_dir(), base_dir);
+  // Only messages the YAML has: an empty `checkpoint {}` made here would make the spec differ
+  // from the same spec sent as a message (and a retry by request_id would be refused).
+  if (spec.has_data()) {
+    Resolve(spec.mutable_data()->mutable_path(), base_dir);
+    Resolve(spec.mutable_data()->mutable_val_path(), base_dir);
+  }
+  if (spec.has_checkpoint()) Resolve(spec.mutable_checkpoint()->mutable_dir(), base_dir);
   return spec;
 }
 
-absl::StatusOr<loom::v1::JobSpec> LoadJobSpecFile(const std::string& path) {
-  std::string text;
-  std::filesystem::path base_dir;
-  std::string source = path;
+absl::StatusOr<loom::v1::JobSpecYaml> ReadJobSpecFile(const std::string& path) {
+  loom::v1::JobSpecYaml yaml;
+  std::string* text = yaml.mutable_text();
+  std::error_code ec;
   if (path == "-") {
-    source = "<stdin>";
-    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-    std::error_code ec;
-    base_dir = std::filesystem::current_path(ec);
+    yaml.set_source("<stdin>");
+    ReadBounded(std::cin, text);
+    yaml.set_base_dir(std::filesystem::current_path(ec).string());
   } else {
     std::ifstream in(path, std::ios::binary);
     if (!in) {
@@ -433,17 +445,53 @@ absl::StatusOr<loom::v1::JobSpec> LoadJobSpecFile(const std::string& path) {
                                               "': ", std::strerror(errno),
                                               "; pass an existing YAML file with -f"));
     }
-    std::ostringstream buf;
-    buf << in.rdbuf();
-    text = buf.str();
-    std::error_code ec;
-    base_dir = std::filesystem::absolute(path, ec).parent_path();
+    ReadBounded(in, text);
+    yaml.set_source(path);
+    yaml.set_base_dir(std::filesystem::absolute(path, ec).parent_path().string());
   }
-  if (text.size() > kMaxSpecBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": the job spec is ", text.size(),
-                                                   " bytes; the limit is ", kMaxSpecBytes));
+  if (text->size() > kMaxSpecBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(yaml.source(), ": the job spec is over ",
+                                                   kMaxSpecBytes,
+                                                   " bytes; a spec is a few KiB, pass the "
+                                                   "right file"));
   }
-  return JobSpecFromYaml(text, source, base_dir);
+  return yaml;
 }
 
-}  // namespace loom::client
+absl::StatusOr<loom::v1::JobSpec> JobSpecFromYamlMessage(const loom::v1::JobSpecYaml& yaml) {
+  if (yaml.text().size() > kMaxSpecBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("spec_yaml.text: the job spec is ",
+                                                   yaml.text().size(), " bytes; the limit is ",
+                                                   kMaxSpecBytes));
+  }
+  // The source is echoed into every error message: short, and nothing a terminal interprets.
+  constexpr size_t kMaxSourceBytes = 512;
+  const std::string& source = yaml.source();
+  if (source.size() > kMaxSourceBytes || std::any_of(source.begin(), source.end(), [](char c) {
+        return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+      })) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec_yaml.source: at most ", kMaxSourceBytes,
+                     " bytes without control characters; send the spec file's name (or nothing)"));
+  }
+  std::filesystem::path base_dir;
+  if (!yaml.base_dir().empty()) {
+    // The resolved paths are then confined by the spec validator like any other paths.
+    constexpr size_t kMaxBaseDirBytes = 4096;
+    base_dir = yaml.base_dir();
+    if (yaml.base_dir().size() > kMaxBaseDirBytes || !base_dir.is_absolute() ||
+        yaml.base_dir().find('\0') != std::string::npos) {
+      return absl::InvalidArgumentError(
+          "spec_yaml.base_dir: must be an absolute directory (at most 4096 bytes, no NUL); send "
+          "the spec file's directory, or nothing to leave relative paths as written");
+    }
+  }
+  return JobSpecFromYaml(yaml.text(), source.empty() ? "spec_yaml" : source, base_dir);
+}
+
+absl::StatusOr<loom::v1::JobSpec> LoadJobSpecFile(const std::string& path) {
+  ASSIGN_OR_RETURN(loom::v1::JobSpecYaml yaml, ReadJobSpecFile(path));
+  return JobSpecFromYamlMessage(yaml);
+}
+
+}  // namespace loom
