@@ -13,6 +13,7 @@
 #include "common/logging.h"
 #include "common/net.h"
 #include "common/status_macros.h"
+#include "proto/register_descriptors.h"
 #include "server/rpc/rpc_metrics_interceptor.h"
 #include "server/store/state_dir_guard.h"
 
@@ -165,6 +166,8 @@ absl::StatusOr<std::unique_ptr<LoomdServer>> LoomdServer::Start(const LoomdConfi
       std::make_unique<ScalingServiceImpl>(s->scale_tests_.get(), s->authenticator_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
+  // Reflection looks types up by name: every file in the pool first (proto/register_descriptors.h).
+  RegisterProtoDescriptors();
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;

@@ -38,6 +38,7 @@
 #include "common/ready_file.h"
 #include "common/spec_path.h"
 #include "common/tls.h"
+#include "proto/register_descriptors.h"
 #include "worker/agent/device_measurement.h"
 #include "worker/agent/gpu_inventory.h"
 #include "worker/agent/node_identity.h"
@@ -245,6 +246,8 @@ int main(int argc, char** argv) {
 
   // Own gRPC server: health and reflection, for operators and probes.
   grpc::EnableDefaultHealthCheckService(true);
+  // Reflection looks types up by name: every file in the pool first (proto/register_descriptors.h).
+  loom::RegisterProtoDescriptors();
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int grpc_port = 0;
