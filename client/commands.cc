@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/doctor_format.h"
@@ -91,6 +92,18 @@ absl::StatusOr<loom::v1::JobState> ParseJobState(const std::string& text) {
                                                  "'; use one of ", absl::StrJoin(names, ", ")));
 }
 
+namespace {
+
+// One CreateJob call with the connection's deadline and credentials.
+absl::Status CreateJobCall(CommandContext& ctx, const loom::v1::CreateJobRequest& request,
+                           Job* job) {
+  grpc::ClientContext context;
+  ctx.connection->PrepareUnary(&context);
+  return FromGrpcStatus(ctx.connection->CreateJob(&context, request, job));
+}
+
+}  // namespace
+
 int RunSubmit(CommandContext& ctx, const SubmitArgs& args) {
   if (args.files.empty()) {
     return Fail(ctx, absl::InvalidArgumentError("give the job spec with -f FILE ('-' for stdin)"));
@@ -105,10 +118,17 @@ int RunSubmit(CommandContext& ctx, const SubmitArgs& args) {
   loom::v1::CreateJobRequest request;
   *request.mutable_spec_yaml() = *std::move(yaml);
   request.set_request_id(args.request_id.empty() ? NewRequestId() : args.request_id);
-  grpc::ClientContext context;
-  ctx.connection->PrepareUnary(&context);
   Job job;
-  const absl::Status s = FromGrpcStatus(ctx.connection->CreateJob(&context, request, &job));
+  absl::Status s = CreateJobCall(ctx, request, &job);
+  if (absl::IsInvalidArgument(s) && absl::StartsWith(s.message(), "spec is required")) {
+    // A loomd older than spec_yaml ignores the field and finds no spec (the same request_id
+    // created nothing): parse the file here, as loomctl did before, and send the spec.
+    absl::StatusOr<loom::v1::JobSpec> spec = JobSpecFromYamlMessage(request.spec_yaml());
+    if (!spec.ok()) return Fail(ctx, spec.status());
+    request.clear_spec_yaml();
+    *request.mutable_spec() = *std::move(spec);
+    s = CreateJobCall(ctx, request, &job);
+  }
   if (!s.ok()) return Fail(ctx, s);
   if (!args.wait) {
     if (ctx.format == OutputFormat::kTable) {

@@ -41,6 +41,11 @@ class FakeJobs final : public loom::v1::JobService::Service {
                          Job* response) override {
     std::lock_guard<std::mutex> lock(mu);
     sent.push_back(*request);
+    if (before_spec_yaml && !request->has_spec()) {  // what a loomd older than spec_yaml says
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "spec is required; give at least train.steps and resources (see "
+                          "loomctl submit -f)");
+    }
     // What loomd does with a spec sent as YAML (JobManager::CreateJob): the same reader, so
     // `creates` holds the request as if it had carried the spec.
     loom::v1::CreateJobRequest converted = *request;
@@ -142,6 +147,7 @@ class FakeJobs final : public loom::v1::JobService::Service {
   std::mutex mu;
   grpc::Status create_error = grpc::Status::OK;
   loom::v1::JobReport report;
+  bool before_spec_yaml = false;  // plays a loomd that ignores CreateJobRequest.spec_yaml
   std::vector<loom::v1::CreateJobRequest> sent;     // as received
   std::vector<loom::v1::CreateJobRequest> creates;  // with spec_yaml converted to spec
   // Name each job after its spec ("jobs/{spec.name}"), and refuse the spec named "refused".
@@ -371,6 +377,25 @@ TEST_P(CommandsTest, ASweepSendsNothingWhenASpecIsBadAndReportsRefusalsByFile) {
   EXPECT_EQ(RunSubmit(ctx_, {}), 2);  // no spec at all
   EXPECT_THAT(err_.str(), HasSubstr("-f FILE"));
   EXPECT_EQ(jobs_.creates.size(), 2u);
+}
+
+// A loomd older than spec_yaml finds no spec in the request: loomctl parses the file itself and
+// sends the spec, under the same request_id; a bad file is then refused by loomctl's own parse.
+TEST_P(CommandsTest, AnOlderLoomdGetsTheParsedSpec) {
+  jobs_.before_spec_yaml = true;
+  const std::string file = WriteSpec("resources: {cpu_devices: 2}\ndata: {path: t.bin}\n");
+  EXPECT_EQ(RunSubmit(ctx_, {.files = {file}, .request_id = "r1"}), 0) << err_.str();
+  EXPECT_EQ(out_.str(), "jobs/j1\n");
+  ASSERT_EQ(jobs_.sent.size(), 2u);
+  EXPECT_TRUE(jobs_.sent[0].has_spec_yaml());
+  EXPECT_FALSE(jobs_.sent[1].has_spec_yaml());
+  EXPECT_EQ(jobs_.sent[1].spec().resources().cpu_devices(), 2);
+  EXPECT_EQ(jobs_.sent[1].spec().data().path(), (dir_ / "t.bin").string());
+  EXPECT_EQ(jobs_.sent[1].request_id(), "r1");
+
+  EXPECT_EQ(RunSubmit(ctx_, {.files = {WriteSpec("resources: {cpu_devices: 2\n")}}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("job.yaml:2:1: YAML syntax error"));
+  EXPECT_EQ(jobs_.sent.size(), 3u);
 }
 
 // loomd's answer to a bad file names the file, line and column, as loomctl's own parse did.
