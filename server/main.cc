@@ -26,6 +26,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "common/logging.h"
 #include "common/ready_file.h"
@@ -34,6 +35,10 @@
 #include "server/rpc/loomd_server.h"
 
 int main(int argc, char** argv) {
+  // Abseil's lock-order graph, on in Debian's build of the library, records every acquisition
+  // of gRPC's and Loom's mutexes: about 5 % of loomd's CPU in a storm of submits. The unit tests
+  // keep it (they run the managers in-process, where a lock-order cycle is reported).
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   CLI::App app{"loomd: the Loom coordinator (jobs, nodes, rendezvous, /metrics)"};
   loom::rpc::LoomdConfig config;
   std::string ready_file;

@@ -1,8 +1,8 @@
 // Fuzz target: the job spec reader (common/spec_yaml.cc and common/yaml_json.cc), which loomctl
 // runs on spec files and loomd on a CreateJob's spec_yaml: YAML text to JobSpec, and the
-// YAML <-> JSON bridge. Contracts: never a crash and never an
-// exception out of these functions (yaml-cpp throws; yaml_json.h promises to catch);
-// JsonToYaml output reads back as the same JSON (yaml_json.h: "the output round-trips");
+// YAML <-> JSON bridge, and the checks of a spec_yaml's client-chosen fields. Contracts: never a
+// crash and never an exception out of these functions (yaml-cpp throws; yaml_json.h promises to
+// catch); JsonToYaml output reads back as the same JSON (yaml_json.h: "the output round-trips");
 // JobSpecFromYaml, which sets the message by reflection (common/json_message.h), accepts what
 // protobuf's JSON parser accepts from the same checked JSON and gives the same message.
 #include <cmath>
@@ -48,6 +48,14 @@ bool HasNoncharacter(const std::string& s) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   (void)loom::JobSpecFromYaml(text, "fuzz.yaml", "/base");
+  // What loomd runs on a CreateJob's spec_yaml, whose source and base_dir the client chooses:
+  // here the input's first line is both.
+  loom::v1::JobSpecYaml message;
+  const std::string first_line = text.substr(0, text.find('\n'));
+  message.set_text(text);
+  message.set_source(first_line);
+  message.set_base_dir(first_line);
+  (void)loom::JobSpecFromYamlMessage(message);
 
   // The reflective setter against protobuf's JSON parser, the reference it replaced.
   const absl::StatusOr<loom::v1::JobSpec> spec = loom::JobSpecFromYaml(text, "fuzz.yaml", "");
