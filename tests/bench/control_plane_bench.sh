@@ -182,8 +182,17 @@ stop_loom() {
   pids=()
 }
 
-# Nanoseconds of CPU that process $1's live threads have run (/proc/PID/task/*/schedstat).
-cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%d", s}'; }
+# Nanoseconds of CPU that process $1 has run, all its threads, also those that have ended (gRPC's
+# sync server ends threads under load): its process CPU clock, whose id clock_getcpuclockid(3)
+# would give, read with Python. Without python3, the live threads' /proc/PID/task/*/schedstat,
+# which misses the ended ones.
+cpu_ns() {
+  if command -v python3 >/dev/null 2>&1; then
+    python3 -c "import sys, time; print(time.clock_gettime_ns(((~int(sys.argv[1])) << 3) | 2))" \
+      "$1" 2>/dev/null && return
+  fi
+  cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%d", s}'
+}
 # Nanoseconds of CPU of process $1's reaped children (cutime + cstime, in clock ticks).
 children_cpu_ns() {
   awk -v hz="$(getconf CLK_TCK)" '{printf "%d", ($16 + $17) * 1000000000 / hz}' /proc/"$1"/stat
