@@ -1,5 +1,5 @@
-// loomctl: the command-line client of Loom. Flag parsing only; the commands live in
-// client/commands.cc. Exit codes: client/exit_codes.h.
+// loomctl: the command-line client of Loom. The flags are client/loomctl_cli.h, the commands
+// client/commands.cc; this file connects and dispatches. Exit codes: client/exit_codes.h.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
