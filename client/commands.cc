@@ -74,6 +74,14 @@ int FollowWithProgress(CommandContext& ctx, const std::string& name) {
   return ExitCodeForJobState(final_job->state());
 }
 
+// One CreateJob call with the connection's deadline and credentials.
+absl::Status CreateJobCall(CommandContext& ctx, const loom::v1::CreateJobRequest& request,
+                           Job* job) {
+  grpc::ClientContext context;
+  ctx.connection->PrepareUnary(&context);
+  return FromGrpcStatus(ctx.connection->CreateJob(&context, request, job));
+}
+
 }  // namespace
 
 absl::StatusOr<loom::v1::JobState> ParseJobState(const std::string& text) {
@@ -92,18 +100,6 @@ absl::StatusOr<loom::v1::JobState> ParseJobState(const std::string& text) {
                                                  "'; use one of ", absl::StrJoin(names, ", ")));
 }
 
-namespace {
-
-// One CreateJob call with the connection's deadline and credentials.
-absl::Status CreateJobCall(CommandContext& ctx, const loom::v1::CreateJobRequest& request,
-                           Job* job) {
-  grpc::ClientContext context;
-  ctx.connection->PrepareUnary(&context);
-  return FromGrpcStatus(ctx.connection->CreateJob(&context, request, job));
-}
-
-}  // namespace
-
 int RunSubmit(CommandContext& ctx, const SubmitArgs& args) {
   if (args.files.empty()) {
     return Fail(ctx, absl::InvalidArgumentError("give the job spec with -f FILE ('-' for stdin)"));
@@ -111,8 +107,9 @@ int RunSubmit(CommandContext& ctx, const SubmitArgs& args) {
   if (args.files.size() > 1) return SubmitMany(ctx, args);
   // The file goes to loomd as text (CreateJobRequest.spec_yaml), which reads it with the same
   // reader (common/spec_yaml.h) and answers its errors with the file's name, line and key.
-  // Parsing it here would build the JobSpec descriptors, about 1.5 ms of a fresh process's CPU,
-  // where a warm loomd's parse costs a tenth of that (docs/benchmarks.md, 2026-12-06).
+  // Parsing it here built the JobSpec descriptors and ran yaml-cpp in a fresh process: 2.3 M of
+  // a submit's 5.5 M instructions; in a warm loomd yaml-cpp is about 0.1 ms of a submit's CPU
+  // (docs/benchmarks.md, 2026-12-06 evening).
   absl::StatusOr<loom::v1::JobSpecYaml> yaml = ReadJobSpecFile(args.files[0]);
   if (!yaml.ok()) return Fail(ctx, yaml.status());
   loom::v1::CreateJobRequest request;

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/echo.h"
 #include "common/json_message.h"
 #include "common/status_macros.h"
 #include "common/yaml_json.h"
@@ -73,6 +74,17 @@ std::string Join(absl::string_view path, absl::string_view key) {
   return path.empty() ? std::string(key) : absl::StrCat(path, ".", key);
 }
 
+// A key the user wrote, as an error's key path shows it: as written when it is short printable
+// text without quotes, else quoted and cut by Echo. Errors go back to the client from loomd
+// (CreateJobRequest.spec_yaml), so they never repeat a long or binary key or value.
+std::string ShownKey(absl::string_view key) {
+  const bool plain = !key.empty() && key.size() <= kMaxEchoBytes &&
+                     std::all_of(key.begin(), key.end(), [](char c) {
+                       return c > 0x20 && c < 0x7f && c != '"' && c != '\'';
+                     });
+  return plain ? std::string(key) : Echo(key);
+}
+
 std::string KindOf(const YAML::Node& node) {
   switch (node.Type()) {
     case YAML::NodeType::Map:
@@ -80,7 +92,7 @@ std::string KindOf(const YAML::Node& node) {
     case YAML::NodeType::Sequence:
       return "a list";
     case YAML::NodeType::Scalar:
-      return absl::StrCat("'", node.Scalar(), "'");
+      return Echo(node.Scalar());
     default:
       return "nothing";
   }
@@ -150,9 +162,13 @@ class Converter {
     std::vector<std::string> names;
     std::string best;
     size_t best_distance = std::numeric_limits<size_t>::max();
+    // No suggestion for a key longer than any field name could be close to: the edit distance
+    // costs its length times each name's, and the key comes from a client (spec_yaml).
+    const bool suggest = key.size() <= kMaxEchoBytes;
     for (int i = 0; i < d->field_count(); ++i) {
       const FieldDescriptor* f = d->field(i);
       names.push_back(f->name());
+      if (!suggest) continue;
       for (const std::string& candidate : {f->name(), f->json_name()}) {
         const size_t dist = EditDistance(key, candidate);
         if (dist < best_distance) best_distance = dist, best = candidate;
@@ -162,7 +178,7 @@ class Converter {
     if (best_distance <= std::max<size_t>(2, key.size() / 3)) {
       hint = absl::StrCat("did you mean '", best, "'? ");
     }
-    return Error(m, Join(path, key),
+    return Error(m, Join(path, ShownKey(key)),
                  absl::StrCat("unknown key; ", hint, "valid keys",
                               path.empty() ? "" : absl::StrCat(" of '", path, "'"), ": ",
                               absl::StrJoin(names, ", ")));
@@ -186,7 +202,8 @@ class Converter {
         }
         const std::string key = it->first.Scalar();
         const YAML::Mark value_mark = it->second.IsNull() ? it->first.Mark() : it->second.Mark();
-        ASSIGN_OR_RETURN(json v, Singular(it->second, value_field, Join(path, key), value_mark));
+        ASSIGN_OR_RETURN(json v,
+                         Singular(it->second, value_field, Join(path, ShownKey(key)), value_mark));
         out[key] = std::move(v);
       }
       return std::optional<json>(std::move(out));
@@ -229,7 +246,7 @@ class Converter {
         return json(text);
       case FieldDescriptor::CPPTYPE_BOOL:
         if (IsPlainScalar(node) && typed.has_value() && typed->is_boolean()) return *typed;
-        return Error(where, path, absl::StrCat("expected true or false, got '", text, "'"));
+        return Error(where, path, absl::StrCat("expected true or false, got ", Echo(text)));
       case FieldDescriptor::CPPTYPE_INT32:
       case FieldDescriptor::CPPTYPE_INT64:
       case FieldDescriptor::CPPTYPE_UINT32:
@@ -243,7 +260,7 @@ class Converter {
           if (std::isinf(v)) return json(v > 0 ? "Infinity" : "-Infinity");
           return json(v);
         }
-        return Error(where, path, absl::StrCat("expected a number, got '", text, "'"));
+        return Error(where, path, absl::StrCat("expected a number, got ", Echo(text)));
       case FieldDescriptor::CPPTYPE_ENUM:
         return Enum(typed, text, f->enum_type(), path, where);
       default:
@@ -285,7 +302,7 @@ class Converter {
         return json(static_cast<int64_t>(v));
       }
     }
-    return Error(where, path, absl::StrCat("expected an integer, got '", text, "'"));
+    return Error(where, path, absl::StrCat("expected an integer, got ", Echo(text)));
   }
 
   absl::StatusOr<json> Enum(const std::optional<json>& typed, const std::string& text,
@@ -373,7 +390,7 @@ absl::Status CheckUtf8(const json& tree, const std::string& path, absl::string_v
   }
   if (tree.is_object()) {
     for (const auto& [key, value] : tree.items()) {
-      const std::string key_path = Join(path, key);
+      const std::string key_path = Join(path, ShownKey(key));
       const size_t at = InvalidUtf8At(key);
       if (at != std::string::npos) return bad(Join(path, "(a key)"), key, at);
       RETURN_IF_ERROR(CheckUtf8(value, key_path, source));
@@ -487,9 +504,10 @@ absl::StatusOr<loom::v1::JobSpec> JobSpecFromYamlMessage(const loom::v1::JobSpec
     base_dir = yaml.base_dir();
     if (yaml.base_dir().size() > kMaxBaseDirBytes || !base_dir.is_absolute() ||
         yaml.base_dir().find('\0') != std::string::npos) {
-      return absl::InvalidArgumentError(
-          "spec_yaml.base_dir: must be an absolute directory (at most 4096 bytes, no NUL); send "
-          "the spec file's directory, or nothing to leave relative paths as written");
+      return absl::InvalidArgumentError(absl::StrCat(
+          "spec_yaml.base_dir: must be an absolute directory (at most ", kMaxBaseDirBytes,
+          " bytes, no NUL); send the spec file's directory, or nothing to leave relative paths "
+          "as written"));
     }
   }
   return JobSpecFromYaml(yaml.text(), source.empty() ? "spec_yaml" : source, base_dir);

@@ -256,9 +256,10 @@ absl::StatusOr<v1::Job> JobManager::CreateJob(const v1::CreateJobRequest& reques
       return absl::InvalidArgumentError(
           "spec and spec_yaml are exclusive; send the spec one way (loomctl sends spec_yaml)");
     }
-    v1::CreateJobRequest converted;
-    ASSIGN_OR_RETURN(*converted.mutable_spec(), JobSpecFromYamlMessage(request.spec_yaml()));
-    converted.set_request_id(request.request_id());
+    ASSIGN_OR_RETURN(v1::JobSpec spec, JobSpecFromYamlMessage(request.spec_yaml()));
+    v1::CreateJobRequest converted = request;  // every other field as sent
+    converted.clear_spec_yaml();
+    *converted.mutable_spec() = std::move(spec);
     return CreateJob(converted, tenant, scale_test);
   }
   // A scale test's copies carry ids of its own making ("scaletests/{id}/{devices}").

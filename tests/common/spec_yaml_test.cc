@@ -136,9 +136,9 @@ TEST(SpecYamlTest, WrongTypesNameTheKeyAndLine) {
     const char* expected;
   };
   const Case cases[] = {
-      {"train:\n  steps: many\n", "job.yaml:2:10: train.steps: expected an integer, got 'many'"},
-      {"train:\n  steps: 1.5\n", "train.steps: expected an integer, got '1.5'"},
-      {"train: {lr: fast}\n", "job.yaml:1:13: train.lr: expected a number, got 'fast'"},
+      {"train:\n  steps: many\n", "job.yaml:2:10: train.steps: expected an integer, got \"many\""},
+      {"train:\n  steps: 1.5\n", "train.steps: expected an integer, got \"1.5\""},
+      {"train: {lr: fast}\n", "job.yaml:1:13: train.lr: expected a number, got \"fast\""},
       {"resources: {gpus: 99999999999}\n", "resources.gpus: 99999999999 is out of range"},
       {"model: tiny\n", "job.yaml:1:8: model: expected a mapping of ModelSpec fields"},
       {"model: {preset: [a, b]}\n", "model.preset: expected a string, got a list"},
@@ -197,6 +197,30 @@ TEST(SpecYamlTest, TextThatIsNotUtf8IsRefusedWithItsKey) {
   spec = JobSpecFromYaml("env: {GREETING: \"gr\xc3\xbc\xc3\x9f \xe2\x9c\x93\"}\n", "job.yaml", "");
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->env().at("GREETING"), "gr\xc3\xbc\xc3\x9f \xe2\x9c\x93");
+}
+
+// loomd returns these errors to the client (CreateJobRequest.spec_yaml): a key or value of the
+// spec is quoted and cut (common/echo.h), never repeated whole or with its control bytes.
+TEST(SpecYamlTest, ErrorsQuoteLongOrBinaryKeysAndValuesCut) {
+  // YAML allows implicit keys of at most 1,024 characters.
+  const std::string long_value(100000, 'x');
+  const std::string long_key(1000, 'k');
+  for (const std::string& yaml :
+       {"train:\n  steps: \"" + long_value + "\\x1b[2J\"\n",  // a value
+        "env:\n  \"K\\x1b[2J" + long_key + "\": [1]\n",       // a map key
+        "model:\n  " + long_key + ": 1\n",                    // an unknown key
+        "model: {layers: \"\\t" + long_value + "\"}\n"}) {    // a quoted value
+    auto spec = JobSpecFromYaml(yaml, "job.yaml", "");
+    ASSERT_FALSE(spec.ok());
+    const std::string message(spec.status().message());
+    EXPECT_LT(message.size(), 600u) << message.substr(0, 600);
+    EXPECT_THAT(message, HasSubstr("...\" (10"));
+    for (char c : message) EXPECT_GE(static_cast<unsigned char>(c), 0x20) << message;
+  }
+  // Short plain keys still read as written.
+  auto spec = JobSpecFromYaml("env: {PATH_X: [1]}\n", "job.yaml", "");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(std::string(spec.status().message()), HasSubstr("job.yaml:1:15: env.PATH_X: "));
 }
 
 TEST(SpecYamlTest, AStrayCommaIsASyntaxErrorNotAHang) {
