@@ -318,6 +318,13 @@ struct WireClient::Session {
       return grpc::Status(StatusCode::INTERNAL, absl::StrCat("TLS: ", OpenSslErrors()));
     }
     SSL_CTX_set_min_proto_version(tls_ctx, TLS1_2_VERSION);
+    // The first group of the list is the one the ClientHello carries a key share for. gRPC's
+    // server accepts only P-256 (its SSL_CTX_set_tmp_ecdh), so with OpenSSL's default order
+    // (X25519 first) every handshake took a HelloRetryRequest: a second round trip, a second
+    // key generation here and a second ClientHello for loomd to parse. X25519 stays offered.
+    if (SSL_CTX_set1_groups_list(tls_ctx, "P-256:X25519:P-384") != 1) {
+      return grpc::Status(StatusCode::INTERNAL, absl::StrCat("TLS: ", OpenSslErrors()));
+    }
     SSL_CTX_set_verify(tls_ctx, SSL_VERIFY_PEER, nullptr);
     if (SSL_CTX_load_verify_locations(tls_ctx, tls.ca.c_str(), nullptr) != 1) {
       return grpc::Status(
