@@ -33,6 +33,9 @@
 #   gap         Loom only, from the turnaround jobs' events: one job SUCCEEDED -> the next one
 #               RUNNING, for the next jobs already queued then ("from release")
 #   placed      Loom only: the part of the gap until the next job is SCHEDULED
+#   floor       printed under the table: the storm's loops running `/bin/true` instead of a
+#               CLI, measured each round. No CLI-per-job system can beat it on this machine: it is
+#               what the shell's forks and a process's own start and exit cost
 #   cpu-loomd, cpu-worker, cpu-ranks   Loom only: CPU milliseconds per turnaround job spent by
 #               loomd, by loom-worker, and by the rank processes (the worker's reaped
 #               children, whose figure has the kernel's 10 ms tick as its grain)
@@ -344,6 +347,7 @@ systems=(loom)
 [ "$have_slurm" = 1 ] && systems+=(slurm)
 
 for round in $(seq 1 "$rounds"); do
+  record floor storm "$(storm_rate /bin/true)"
   for system in "${systems[@]}"; do
     case "$system" in
       loom | base)
@@ -434,4 +438,6 @@ for row in start submit submit-tls storm storm-tls sweep storm-run turnaround ga
   echo
   unset med
 done
+floor=$(printf '%s' "${results["floor storm"]:-}" | median)
+echo "floor: the storm's loops running /bin/true: $floor jobs/s (a CLI-per-job system's ceiling here)"
 [ "$have_slurm" = 1 ] || echo "(Slurm not measured: sbatch/sinfo do not answer; see --setup-slurm)"
