@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "client/persist_mux.h"
 #include "common/net.h"
 #include "common/tls.h"
 
@@ -69,7 +70,13 @@ Connection::Connection(std::string server, absl::Duration rpc_timeout, std::stri
       rpc_timeout_(rpc_timeout),
       token_(std::move(token)),
       make_credentials_(std::move(make_credentials)),
-      wire_(std::make_unique<WireClient>(server_, token_, std::move(wire_tls))) {}
+      wire_(std::make_unique<WireClient>(server_, token_, wire_tls)),
+      wire_tls_(std::move(wire_tls)) {}
+
+void Connection::UsePersistentConnection(absl::Duration idle, std::ostream* warnings) {
+  persist_idle_ = idle;
+  persist_warnings_ = warnings;
+}
 
 Connection::~Connection() = default;
 
@@ -108,7 +115,29 @@ grpc::Status Connection::Unary(std::string_view path,
                                Response* response) {
   if (wire_ == nullptr) return (jobs().*stub_method)(context, request, response);
   std::lock_guard<std::mutex> lock(wire_mu_);
-  return wire_->Call(path, request, response, absl::FromChrono(context->deadline()));
+  const absl::Time deadline = absl::FromChrono(context->deadline());
+  if (persist_idle_ > absl::ZeroDuration()) {
+    std::string bytes, answer, note;
+    if (!request.SerializeToString(&bytes)) {
+      return grpc::Status(grpc::StatusCode::INTERNAL, "cannot serialize the request");
+    }
+    // A cancel is not repeated after the mux took it: a second one fails on the cancelled job.
+    const bool retry_safe = path != "/loom.v1.JobService/CancelJob";
+    std::optional<grpc::Status> status =
+        CallThroughMux(PersistTarget{server_, wire_tls_, persist_idle_}, path, bytes, token_,
+                       deadline, retry_safe, &answer, &note);
+    if (!note.empty() && !persist_warned_ && persist_warnings_ != nullptr) {
+      *persist_warnings_ << "loomctl: " << note << "\n";
+      persist_warned_ = true;
+    }
+    if (status.has_value()) {
+      if (status->ok() && !response->ParseFromString(answer)) {
+        return grpc::Status(grpc::StatusCode::INTERNAL, "cannot parse the answer's message");
+      }
+      return *status;
+    }
+  }
+  return wire_->Call(path, request, response, deadline);
 }
 
 grpc::Status Connection::CreateJob(grpc::ClientContext* context,

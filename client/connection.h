@@ -7,6 +7,8 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <ostream>
 #include <string>
 #include <string_view>
 
@@ -72,6 +74,12 @@ class Connection {
   grpc::Status CancelJob(grpc::ClientContext* context, const loom::v1::CancelJobRequest& request,
                          loom::v1::Job* response);
 
+  // From now on the wire calls go through loomctl's persistent connection
+  // (client/persist_mux.h), kept for `idle` after the last call; a connection without a
+  // WireClient is unchanged. When the persistent connection cannot be used, the calls are made
+  // directly and `warnings` is told why, once.
+  void UsePersistentConnection(absl::Duration idle, std::ostream* warnings);
+
   // Sets the deadline of a unary call on `context`, and its credentials.
   void PrepareUnary(grpc::ClientContext* context) const;
   // Sets the credentials of a streaming call (no deadline).
@@ -100,6 +108,10 @@ class Connection {
   // Null: every call on gRPC. Set by the constructor and never replaced; wire_mu_ serializes its
   // calls.
   std::unique_ptr<WireClient> wire_;
+  std::optional<WireTls> wire_tls_;  // the WireClient's TLS files, for the persistent connection
+  absl::Duration persist_idle_ = absl::ZeroDuration();  // zero: no persistent connection
+  std::ostream* persist_warnings_ = nullptr;
+  bool persist_warned_ = false;  // guarded by wire_mu_
 };
 
 }  // namespace loom::client

@@ -8,9 +8,9 @@ namespace loom::client {
 namespace {
 
 // Global options that take a value as the next argument ("--server HOST:PORT").
-constexpr std::array<std::string_view, 9> kValueOptions = {
+constexpr std::array<std::string_view, 10> kValueOptions = {
     "--server", "-o",       "--output",   "--timeout", "--token-file",
-    "--token",  "--tls-ca", "--tls-cert", "--tls-key"};
+    "--token",  "--tls-ca", "--tls-cert", "--tls-key", "--persist"};
 
 constexpr std::array<std::string_view, 11> kSubcommands = {
     "submit", "plan",   "scale-test", "get",    "list", "watch",
@@ -37,6 +37,10 @@ void DefineGlobalFlags(LoomctlCli& c) {
                    "PEM client certificate (user:TENANT or admin:TENANT)");
   c.app.add_option("--tls-key", f.tls.key, "PEM private key of --tls-cert");
   c.app.add_flag("--insecure", f.insecure, "Plaintext even to a host that is not loopback");
+  c.app.add_option("--persist", f.persist,
+                   "Keep a connection to loomd open for this long after the last call (e.g. "
+                   "60s, 10m; 0: off), shared by later loomctl calls of yours: submit, get, list "
+                   "and cancel (default: $LOOM_PERSIST, else off)");
 }
 
 }  // namespace

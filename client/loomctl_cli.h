@@ -28,6 +28,7 @@ struct LoomctlFlags {
   std::string token, token_file;
   loom::TlsFiles tls;
   bool insecure = false;
+  std::string persist;  // --persist DURATION (empty: $LOOM_PERSIST)
 
   SubmitArgs submit;
   PlanArgs plan;

@@ -16,6 +16,7 @@
 #include "client/exit_codes.h"
 #include "client/loomctl_cli.h"
 #include "client/output_format.h"
+#include "client/persist_mux.h"
 #include "client/scale_test_command.h"
 #include "client/trace_command.h"
 #include "common/tls.h"
@@ -35,6 +36,8 @@ namespace {
 
 int main(int argc, char** argv) {
   using namespace loom::client;
+  // The persistent connection's background process (client/persist_mux.h), started by loomctl.
+  if (argc >= 2 && std::string_view(argv[1]) == "--persist-mux") return RunPersistMux(argc, argv);
 
   // Only the subcommand named is defined (client/loomctl_cli.h); a parse that fails (an
   // error, --help) is repeated with all of them, so that its output is the full CLI's.
@@ -94,6 +97,21 @@ int main(int argc, char** argv) {
       return kExitInvalidInput;
     }
     connection = std::make_unique<Connection>(address, rpc_timeout, *credentials, *bearer);
+  }
+  if (f.persist.empty()) {
+    if (const char* env = std::getenv("LOOM_PERSIST"); env != nullptr) f.persist = env;
+  }
+  if (!f.persist.empty()) {
+    absl::Duration idle;
+    if (f.persist == "0") {
+      idle = absl::ZeroDuration();
+    } else if (!absl::ParseDuration(f.persist, &idle) || idle < absl::ZeroDuration() ||
+               idle > absl::Hours(24)) {
+      std::cerr << "loomctl: --persist (or LOOM_PERSIST): \"" << f.persist
+                << "\" is not a duration between 0 and 24h; write it like 60s or 10m\n";
+      return kExitInvalidInput;
+    }
+    if (idle > absl::ZeroDuration()) connection->UsePersistentConnection(idle, &std::cerr);
   }
   CommandContext ctx;
   ctx.connection = connection.get();

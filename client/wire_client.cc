@@ -497,28 +497,70 @@ grpc::Status WireClient::StartSession(int fd, const std::string& host, absl::Tim
 
 grpc::Status WireClient::Call(std::string_view path, const google::protobuf::MessageLite& request,
                               google::protobuf::MessageLite* response, absl::Time deadline) {
-  if (!IsSendableHeaderValue(token_)) {
+  std::string bytes;
+  if (!request.SerializeToString(&bytes)) {
+    return grpc::Status(StatusCode::INTERNAL, "cannot serialize the request");
+  }
+  std::string answer;
+  grpc::Status status = CallSerialized(path, bytes, &answer, deadline, token_);
+  if (!status.ok()) return status;
+  if (!response->ParseFromString(answer)) {
+    return grpc::Status(StatusCode::INTERNAL, "cannot parse the answer's message");
+  }
+  return grpc::Status::OK;
+}
+
+int WireClient::session_fd() const { return session_ == nullptr ? -1 : session_->fd; }
+
+void WireClient::DropSessionIfClosed() {
+  if (session_ == nullptr) return;
+  Session& s = *session_;
+  pollfd p{s.fd, POLLIN, 0};
+  if (::poll(&p, 1, 0) <= 0 && (s.ssl == nullptr || SSL_pending(s.ssl) == 0)) return;
+  // Something came while nobody read: a GOAWAY or EOF (the server shut down or restarted), a
+  // PING, or TLS session tickets. nghttp2 takes it (a PING's acknowledgement goes out with the
+  // next call); a session that can take no more streams is closed.
+  uint8_t buf[16 << 10];
+  for (;;) {
+    short wait = 0;
+    std::string error;
+    const ssize_t n = s.Read(buf, sizeof(buf), &wait, &error);
+    if (n == -1) break;  // drained
+    if (n <= 0 || nghttp2_session_mem_recv(s.h2, buf, static_cast<size_t>(n)) < 0) {
+      session_.reset();
+      return;
+    }
+  }
+  if (!nghttp2_session_want_read(s.h2)) session_.reset();
+}
+
+grpc::Status WireClient::CallSerialized(std::string_view path, std::string_view request,
+                                        std::string* response, absl::Time deadline,
+                                        std::string_view token) {
+  if (!IsSendableHeaderValue(token)) {
     return grpc::Status(StatusCode::INVALID_ARGUMENT,
                         "the bearer token has a character that cannot be sent in a header "
                         "(control or non-ASCII); check the token file or LOOM_TOKEN");
   }
   if (absl::Now() >= deadline)
     return grpc::Status(StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded");
+  DropSessionIfClosed();
   if (session_ == nullptr) {
     if (grpc::Status s = Connect(deadline); !s.ok()) return s;
   }
   CallState call;
-  const size_t size = request.ByteSizeLong();
+  const size_t size = request.size();
+  if (size > 0xffffffffu) {
+    return grpc::Status(StatusCode::INVALID_ARGUMENT, "the request is larger than 4 GiB");
+  }
   call.request.resize(5 + size);
   call.request[0] = 0;  // not compressed
   for (int i = 0; i < 4; ++i)
     call.request[1 + i] = static_cast<char>((size >> (24 - 8 * i)) & 0xff);
-  if (!request.SerializeToArray(call.request.data() + 5, static_cast<int>(size))) {
-    return grpc::Status(StatusCode::INTERNAL, "cannot serialize the request");
-  }
+  if (size > 0) std::memcpy(call.request.data() + 5, request.data(), size);
 
   const std::string timeout = GrpcTimeoutHeader(deadline - absl::Now());
-  const std::string bearer = token_.empty() ? "" : absl::StrCat("Bearer ", token_);
+  const std::string bearer = token.empty() ? "" : absl::StrCat("Bearer ", std::string(token));
   std::vector<nghttp2_nv> headers = {
       Header(":method", "POST"),
       Header(":scheme", tls_.has_value() ? "https" : "http"),
@@ -629,9 +671,7 @@ grpc::Status WireClient::Call(std::string_view path, const google::protobuf::Mes
   if (length != call.body.size() - 5) {
     return grpc::Status(StatusCode::INTERNAL, "the answer is not exactly one message");
   }
-  if (!response->ParseFromArray(call.body.data() + 5, static_cast<int>(length))) {
-    return grpc::Status(StatusCode::INTERNAL, "cannot parse the answer's message");
-  }
+  response->assign(call.body, 5, std::string::npos);
   return grpc::Status::OK;
 }
 

@@ -12,9 +12,11 @@
 // a CA file and by its name, a client certificate for mutual TLS when given, ALPN "h2").
 //
 // Threading: none of its own. One call at a time per WireClient; the connection stays open
-// between calls and is opened again after any transport error. Between calls nobody reads it, so
-// it does not answer the server's PINGs: a gRPC server's graceful shutdown waits (20 s) for an
-// idle connection that is still open. Hold a WireClient for as long as a command runs, not longer.
+// between calls and is opened again after any transport error, or before a call when the server
+// ended it meanwhile (a GOAWAY or EOF found waiting). Between calls nobody reads it, so a PING is
+// answered only with the next call, and a gRPC server's graceful shutdown waits (20 s) for an idle
+// connection that is still open: hold a WireClient for as long as it is used, not longer (the
+// persistent connection of client/persist_mux.h closes its idle connections itself).
 #pragma once
 
 #include <grpcpp/support/status.h>
@@ -67,11 +69,25 @@ class WireClient {
   // sends. `response` is only written when the status is OK.
   grpc::Status Call(std::string_view path, const google::protobuf::MessageLite& request,
                     google::protobuf::MessageLite* response, absl::Time deadline);
+  // Call with the request and the answer as serialized messages, and `token` (empty: none)
+  // instead of the client's own, for a caller that only relays them (client/persist_mux.h).
+  // `response` is only written when the status is OK.
+  grpc::Status CallSerialized(std::string_view path, std::string_view request,
+                              std::string* response, absl::Time deadline, std::string_view token);
+
+  // Takes what the server sent to the open session since the last call (a PING, TLS session
+  // tickets) and closes the session when the server has ended it (GOAWAY, EOF), so that a
+  // connection that outlived a loomd restart is opened again instead of failing a call. Every
+  // call does this first; a holder of an idle client may do it when session_fd() is readable.
+  void DropSessionIfClosed();
+  // The open session's socket, or -1 when none is open.
+  int session_fd() const;
 
  private:
   struct Session;  // the socket and the nghttp2 session, open between calls
 
   grpc::Status Connect(absl::Time deadline);
+
   // Over the connected `fd` (taken over): TLS with `host` as the name to verify, when tls_ is
   // set, then HTTP/2's settings.
   grpc::Status StartSession(int fd, const std::string& host, absl::Time deadline);

@@ -46,7 +46,8 @@ TEST(LoomctlCliTest, NamedSubcommandSkipsTheValueOfEveryGlobalOption) {
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 9);  // --server, -o/--output, --timeout, --token-file, --token, --tls-*
+  EXPECT_EQ(checked, 10);  // --server, -o/--output, --timeout, --token-file, --token, --tls-*,
+                           // --persist
 }
 
 // Everything a parse set, as text, to compare two parses.
