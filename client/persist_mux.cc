@@ -207,6 +207,17 @@ void SpawnMux(const PersistTarget& target, const std::string& socket_path, const
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  // Not the caller's environment, which may hold LOOM_TOKEN: only what OpenSSL reads (its
+  // configuration and certificate locations), so that the mux verifies as a direct call would.
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    if (entry.rfind("OPENSSL_", 0) == 0 || entry.rfind("SSL_CERT_", 0) == 0)
+      env.emplace_back(entry);
+  }
+  std::vector<char*> envp;
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
   const pid_t child = ::fork();
   if (child < 0) return;
   if (child == 0) {
@@ -219,7 +230,7 @@ void SpawnMux(const PersistTarget& target, const std::string& socket_path, const
       ::dup2(null, 2);
     }
     ::close_range(3, ~0U, 0);
-    ::execv("/proc/self/exe", argv.data());
+    ::execve("/proc/self/exe", argv.data(), envp.data());
     _exit(127);
   }
   int status = 0;

@@ -18,8 +18,9 @@
 //    /tmp/loom-UID, created with mode 0700 and checked before every use (a directory, not a
 //    link, owned by the user, no access for group or others). Anything else is refused.
 //  - The mux serves only peers of its own user id (SO_PEERCRED).
-//  - It holds no bearer token: each call brings its own. It holds the TLS files it was started
-//    with, which the user can read anyway.
+//  - It holds no bearer token: each call brings its own, and the mux starts with none of the
+//    caller's environment but OpenSSL's variables (OPENSSL_*, SSL_CERT_*). It holds the TLS
+//    files it was started with, which the user can read anyway.
 //  - A call names the mux's key: the server, the TLS files with their device, inode, size and
 //    modification time, and loomctl's own executable likewise. A mux with another key refuses
 //    the call, so a changed server, a rotated certificate or a new loomctl gets a mux of its own.
