@@ -12,9 +12,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -479,11 +481,22 @@ class ConnectionPool {
   int wake_[2] = {-1, -1};
 };
 
+// The most calls a mux serves at once; more wait for a thread.
+constexpr int kMaxMuxThreads = 64;
+
 struct MuxState {
   std::string key;
   ConnectionPool* pool = nullptr;
-  std::atomic<int> active{0};
+  std::atomic<int> active{0};            // accepted calls not answered yet
   std::atomic<int64_t> last_call_ms{0};  // unix ms of the latest call's end (or the start)
+  // Accepted sockets waiting for a thread, and the threads: started when a call finds none
+  // waiting, up to kMaxMuxThreads, kept until the process ends (thread starts cost about as much
+  // as a relayed call on a small VM).
+  std::mutex mu;
+  std::condition_variable ready;
+  std::deque<int> queue;  // guarded by mu
+  int threads = 0;        // guarded by mu
+  int waiting = 0;        // threads blocked on `ready`; guarded by mu
 };
 
 void ServeOne(MuxState* state, int fd) {
@@ -529,7 +542,26 @@ void AcceptAll(MuxState* state, int listener) {
       continue;
     }
     state->active.fetch_add(1);
-    std::thread(ServeOne, state, fd).detach();
+    std::lock_guard<std::mutex> lock(state->mu);
+    state->queue.push_back(fd);
+    if (state->waiting > 0) {
+      state->ready.notify_one();
+    } else if (state->threads < kMaxMuxThreads) {
+      ++state->threads;
+      std::thread([state] {
+        std::unique_lock<std::mutex> lock(state->mu);
+        for (;;) {
+          ++state->waiting;
+          state->ready.wait(lock, [state] { return !state->queue.empty(); });
+          --state->waiting;
+          const int next = state->queue.front();
+          state->queue.pop_front();
+          lock.unlock();
+          ServeOne(state, next);
+          lock.lock();
+        }
+      }).detach();
+    }
   }
 }
 
@@ -568,8 +600,9 @@ int RunPersistMux(int argc, char** argv) {
   struct stat bound {};
   if (::lstat(socket_path.c_str(), &bound) != 0 || ::listen(listener, 256) != 0) return 1;
 
-  ConnectionPool pool(argv[4], tls);
-  MuxState state;
+  // Never destroyed: the serving threads wait on them until the process ends (std::_Exit below).
+  ConnectionPool& pool = *new ConnectionPool(argv[4], tls);
+  MuxState& state = *new MuxState;
   state.key = argv[3];
   state.pool = &pool;
   state.last_call_ms.store(absl::ToUnixMillis(absl::Now()));
@@ -602,7 +635,8 @@ int RunPersistMux(int argc, char** argv) {
   AcceptAll(&state, listener);
   while (state.active.load() > 0) ::usleep(1000);
   ::close(listener);
-  return 0;
+  // Without static destructors: the serving threads still wait on `state`.
+  std::_Exit(0);
 }
 
 }  // namespace loom::client

@@ -31,7 +31,8 @@
 // repeated (a second cancel of a cancelled job fails), and says so. loomd's answers, errors
 // included, are relayed as they are.
 //
-// Threading: the client side is a plain function; the mux runs a thread per call.
+// Threading: the client side is a plain function; the mux serves each call on a thread of its
+// own (started on demand, at most 64, kept until it ends).
 #pragma once
 
 #include <grpcpp/support/status.h>
@@ -74,7 +75,8 @@ std::optional<grpc::Status> CallThroughMux(const PersistTarget& target, std::str
 
 // The mux's main: `loomctl --persist-mux SOCKET KEY SERVER IDLE_MS [CA CERT KEY_FILE]`, as
 // CallThroughMux starts it (detached, in a session of its own, its stdio on /dev/null). Serves
-// until it has been idle for IDLE_MS; returns the process's exit code.
+// until it has been idle for IDLE_MS, then ends the process (exit code 0); returns an exit code
+// only when it cannot serve.
 int RunPersistMux(int argc, char** argv);
 
 // ---- The frames on the mux's socket (exposed for tests) ---------------------------------------

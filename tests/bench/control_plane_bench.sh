@@ -26,6 +26,10 @@
 #               and checks a bearer token on every call (scripts/dev-certs.sh), Loom's secure
 #               configuration. Slurm's column repeats its submit and storm figures there: its
 #               every call carries its default authentication (munge)
+#   submit-persist, storm-persist, submit-tls-persist, storm-tls-persist   Loom only: the same
+#               with `loomctl --persist=60s` (a background loomctl keeps the connections to loomd
+#               open; client/persist_mux.h), started by one call before the clock; "nan" for a
+#               build without --persist. Slurm's column repeats its submit and storm figures
 #   turnaround  JOBS trivial 8-device jobs, all queued first (Loom: while the worker is stopped;
 #               Slurm: held), then released: wall time per job from the release until the last
 #               ends (each job takes every device, so they run one after the other) | the same
@@ -93,8 +97,13 @@ tmp=$(mktemp -d -t loom-cpbench-XXXXXX)
 rank_user=
 [ "$(id -u)" = 0 ] && rank_user=root
 pids=()
+# The --persist rows' muxes keep their sockets here, and are ended with the daemons.
+export XDG_RUNTIME_DIR=$tmp/run
+mkdir -m 0700 "$XDG_RUNTIME_DIR"
+kill_muxes() { pkill -f -- "--persist-mux $XDG_RUNTIME_DIR/" 2>/dev/null || true; }
 # A stopped worker (the held rows) ends only once continued: SIGTERM waits for SIGCONT.
 cleanup() {
+  kill_muxes
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null && kill -CONT "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   [ -n "${LOOM_BENCH_KEEP:-}" ] && echo "kept $tmp" >&2 || rm -rf "$tmp"
@@ -180,6 +189,7 @@ start_loom() {
 }
 
 stop_loom() {
+  kill_muxes
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null && kill -CONT "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   pids=()
@@ -376,6 +386,25 @@ for round in $(seq 1 "$rounds"); do
         record "$system" storm-tls "$(storm_rate "${submit[@]}")"
         kill -CONT "$worker_pid"
         stop_loom
+        # The --persist rows, each on a fresh loomd (plaintext, then TLS) with the worker stopped.
+        for mode in plain tls; do
+          start_loom "$b" "$system-$round-persist-$mode" "$mode"
+          kill -STOP "$worker_pid"
+          submit=("$b/loomctl" --server="$server" "${client_flags[@]}" --persist=60s
+            submit -f "$tmp/spec1.yaml")
+          suffix=-persist
+          [ "$mode" = tls ] && suffix=-tls-persist
+          # Starts the mux; a build without --persist fails here and gets nan.
+          if "${submit[@]}" >/dev/null 2>&1; then
+            record "$system" "submit$suffix" "$(per_call_ms "${submit[@]}")"
+            record "$system" "storm$suffix" "$(storm_rate "${submit[@]}")"
+          else
+            record "$system" "submit$suffix" nan
+            record "$system" "storm$suffix" nan
+          fi
+          kill -CONT "$worker_pid"
+          stop_loom
+        done
         start_loom "$b" "$system-$round-turnaround"
         record "$system" turnaround "$(loom_turnaround_ms "$b")"
         read -r cpu_loomd cpu_worker cpu_ranks <"$tmp/cpu_us"
@@ -407,17 +436,19 @@ printf '%-12s %-8s' row unit
 for system in "${systems[@]}"; do printf ' %-10s' "$system"; done
 [ "${#systems[@]}" -gt 1 ] && for system in "${systems[@]:1}"; do printf ' %-12s' "loom/$system"; done
 echo
-for row in start submit submit-tls storm storm-tls sweep storm-run turnaround gap placed \
-  cpu-loomd cpu-worker cpu-ranks; do
+for row in start submit submit-tls submit-persist submit-tls-persist storm storm-tls \
+  storm-persist storm-tls-persist sweep storm-run turnaround gap placed cpu-loomd cpu-worker \
+  cpu-ranks; do
   unit=ms
   [[ "$row" = storm* || "$row" = sweep ]] && unit=jobs/s
   printf '%-12s %-8s' "$row" "$unit"
   declare -A med=()
   for system in "${systems[@]}"; do
     values=${results["$system $row"]:-}
-    # Slurm has no TLS rows: its every call carries munge authentication, so its plain
-    # submit/storm figure stands beside Loom's secure one.
-    [ "$system" = slurm ] && [[ "$row" = *-tls ]] && values=${results["slurm ${row%-tls}"]:-}
+    # Slurm has no TLS or --persist rows: its every call carries munge authentication, so its
+    # plain submit/storm figure stands beside Loom's secure and persistent ones.
+    [ "$system" = slurm ] && [[ "$row" = *-tls || "$row" = *-persist ]] &&
+      values=${results["slurm ${row%%-*}"]:-}
     med[$system]=$(printf '%s' "$values" | median)
     printf ' %-10s' "${med[$system]}"
   done
