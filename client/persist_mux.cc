@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -232,6 +233,7 @@ void SpawnMux(const PersistTarget& target, const std::string& socket_path, const
       ::dup2(null, 2);
     }
     ::close_range(3, ~0U, 0);
+    if (::chdir("/") != 0) _exit(127);
     ::execve("/proc/self/exe", argv.data(), envp.data());
     _exit(127);
   }
@@ -356,7 +358,16 @@ std::optional<grpc::Status> CallThroughMux(const PersistTarget& target, std::str
     *note = absl::StrCat("--persist: ", dir.status().message(), "; calling loomd directly");
     return std::nullopt;
   }
-  absl::StatusOr<std::string> key = PersistKey(target);
+  // The TLS files by absolute path: the mux runs from "/", and serves callers in any directory.
+  PersistTarget absolute = target;
+  if (absolute.tls.has_value()) {
+    for (std::string* file : {&absolute.tls->ca, &absolute.tls->cert, &absolute.tls->key}) {
+      std::error_code ec;
+      if (!file->empty()) *file = std::filesystem::absolute(*file, ec).string();
+      if (ec) return std::nullopt;
+    }
+  }
+  absl::StatusOr<std::string> key = PersistKey(absolute);
   if (!key.ok()) return std::nullopt;
   const std::string socket_path =
       absl::StrCat(*dir, "/mux-", absl::Hex(Fnv1a64(*key), absl::kZeroPad16), ".sock");
@@ -370,7 +381,7 @@ std::optional<grpc::Status> CallThroughMux(const PersistTarget& target, std::str
 
   int fd = ConnectUnix(socket_path);
   if (fd < 0 && (errno == ENOENT || errno == ECONNREFUSED)) {
-    SpawnMux(target, socket_path, *key);
+    SpawnMux(absolute, socket_path, *key);
     // The mux binds within a few milliseconds of its start; past a second, call directly.
     const absl::Time give_up = std::min(deadline, absl::Now() + absl::Seconds(1));
     while (fd < 0 && absl::Now() < give_up) {

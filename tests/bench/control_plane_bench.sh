@@ -2,9 +2,10 @@
 # Control-plane benchmark, side by side: Loom (this build) against Slurm when it is installed
 # and answering (slurm-wlm; see --setup-slurm), and optionally against another Loom build
 # (--base-bin, e.g. the build of an older commit). The systems are measured in alternating
-# rounds, so that the machine's background load falls on both alike; medians over the rounds
-# and the ratios are printed. Not a test: it is not part of scripts/test.sh, and its figures
-# go to docs/benchmarks.md with the date, machine and command.
+# rounds (their order reversed every other round), so that the machine's background load falls
+# on both alike; medians over the rounds and the ratios are printed. Not a test: it is not part
+# of scripts/test.sh, and its figures go to docs/benchmarks.md with the date, machine and
+# command.
 #
 #   tests/bench/control_plane_bench.sh [--bin=build/bin] [--base-bin=DIR] [--rounds=3]
 #       [--loops=32] [--per-loop=32] [--serial=20] [--jobs=100] [--setup-slurm]
@@ -358,7 +359,14 @@ systems=(loom)
 
 for round in $(seq 1 "$rounds"); do
   record floor storm "$(storm_rate /bin/true)"
-  for system in "${systems[@]}"; do
+  # Every other round in the reverse order: what a system's rows leave behind (dirty pages, a
+  # busy disk) then falls on each system's next rows alike.
+  order=("${systems[@]}")
+  if [ $((round % 2)) = 0 ]; then
+    order=()
+    for ((i = ${#systems[@]} - 1; i >= 0; i--)); do order+=("${systems[$i]}"); done
+  fi
+  for system in "${order[@]}"; do
     case "$system" in
       loom | base)
         b=$bin
