@@ -196,12 +196,15 @@ int ConnectUnix(const std::string& path) {
 }
 
 // Starts `loomctl --persist-mux ...` detached: a session of its own, not a child of this
-// process (so that no shell or test waits for it), its stdio on /dev/null and no other fd.
+// process (so that no shell or test waits for it), its stdio on /dev/null, and as fd 3 the write
+// end of a pipe whose read end this returns (-1 when no process could be started): the mux
+// writes a byte there once it listens, and a mux that cannot serve closes it without one.
 // Everything the children use is prepared before the fork: this process may have threads.
-void SpawnMux(const PersistTarget& target, const std::string& socket_path, const std::string& key) {
+int SpawnMux(const PersistTarget& target, const std::string& socket_path, const std::string& key) {
   std::vector<std::string> args = {
       "loomctl", "--persist-mux", socket_path,
-      key,       target.server,   absl::StrCat(absl::ToInt64Milliseconds(target.idle))};
+      key,       target.server,   absl::StrCat(absl::ToInt64Milliseconds(target.idle)),
+      "3"};
   if (target.tls.has_value()) {
     args.push_back(target.tls->ca);
     args.push_back(target.tls->cert);
@@ -221,8 +224,14 @@ void SpawnMux(const PersistTarget& target, const std::string& socket_path, const
   std::vector<char*> envp;
   for (std::string& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);
+  int ready[2];
+  if (::pipe2(ready, O_CLOEXEC) != 0) return -1;
   const pid_t child = ::fork();
-  if (child < 0) return;
+  if (child < 0) {
+    ::close(ready[0]);
+    ::close(ready[1]);
+    return -1;
+  }
   if (child == 0) {
     ::setsid();
     if (::fork() != 0) _exit(0);
@@ -232,14 +241,37 @@ void SpawnMux(const PersistTarget& target, const std::string& socket_path, const
       ::dup2(null, 1);
       ::dup2(null, 2);
     }
-    ::close_range(3, ~0U, 0);
+    // As fd 3, open across the exec (dup2 onto itself would keep close-on-exec: cleared here).
+    if (::dup2(ready[1], 3) != 3 || ::fcntl(3, F_SETFD, 0) != 0) _exit(127);
+    ::close_range(4, ~0U, 0);
     if (::chdir("/") != 0) _exit(127);
     ::execve("/proc/self/exe", argv.data(), envp.data());
     _exit(127);
   }
+  ::close(ready[1]);
   int status = 0;
   while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
+  return ready[0];
+}
+
+// Waits until the mux behind `ready` (SpawnMux) listens (true) or ends without (false), or
+// `until` passes (false). Closes `ready`.
+bool WaitForMux(int ready, absl::Time until) {
+  bool listening = false;
+  for (;;) {
+    const int64_t wait_ms = absl::ToInt64Milliseconds(until - absl::Now());
+    if (wait_ms <= 0) break;
+    pollfd p{ready, POLLIN, 0};
+    const int n = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(wait_ms, 1000)));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) continue;
+    char byte = 0;
+    listening = ::read(ready, &byte, 1) == 1;
+    break;
+  }
+  ::close(ready);
+  return listening;
 }
 
 }  // namespace
@@ -381,11 +413,10 @@ std::optional<grpc::Status> CallThroughMux(const PersistTarget& target, std::str
 
   int fd = ConnectUnix(socket_path);
   if (fd < 0 && (errno == ENOENT || errno == ECONNREFUSED)) {
-    SpawnMux(absolute, socket_path, *key);
-    // The mux binds within a few milliseconds of its start; past a second, call directly.
-    const absl::Time give_up = std::min(deadline, absl::Now() + absl::Seconds(1));
-    while (fd < 0 && absl::Now() < give_up) {
-      ::usleep(500);
+    // The mux listens a few milliseconds after its start, or says at once that it cannot; past
+    // a second (or the call's deadline), the call is made directly.
+    const int ready = SpawnMux(absolute, socket_path, *key);
+    if (ready >= 0 && WaitForMux(ready, std::min(deadline, absl::Now() + absl::Seconds(1)))) {
       fd = ConnectUnix(socket_path);
     }
   }
@@ -579,15 +610,23 @@ void AcceptAll(MuxState* state, int listener) {
 }  // namespace
 
 int RunPersistMux(int argc, char** argv) {
-  // loomctl --persist-mux SOCKET KEY SERVER IDLE_MS [CA CERT KEY_FILE]
+  // loomctl --persist-mux SOCKET KEY SERVER IDLE_MS READY_FD [CA CERT KEY_FILE]
   int64_t idle_ms = 0;
-  if ((argc != 6 && argc != 9) || !absl::SimpleAtoi(argv[5], &idle_ms) || idle_ms <= 0) {
+  int ready_fd = -1;
+  if ((argc != 7 && argc != 10) || !absl::SimpleAtoi(argv[5], &idle_ms) || idle_ms <= 0 ||
+      !absl::SimpleAtoi(argv[6], &ready_fd) || ready_fd < 3) {
     std::fprintf(stderr, "loomctl --persist-mux: started by loomctl --persist, not by hand\n");
     return 2;
   }
+  // Tells the loomctl that started this process that it can connect (closing the pipe without
+  // a byte, as every early return does at exit, says it cannot).
+  const auto announce = [ready_fd] {
+    (void)!::write(ready_fd, "1", 1);
+    ::close(ready_fd);
+  };
   const std::string socket_path = argv[2];
   std::optional<WireTls> tls;
-  if (argc == 9 && argv[6][0] != '\0') tls = WireTls{argv[6], argv[7], argv[8]};
+  if (argc == 10 && argv[7][0] != '\0') tls = WireTls{argv[7], argv[8], argv[9]};
   ::signal(SIGPIPE, SIG_IGN);
   ::umask(077);
 
@@ -602,6 +641,7 @@ int RunPersistMux(int argc, char** argv) {
     const int other = ConnectUnix(socket_path);
     if (other >= 0) {
       ::close(other);
+      announce();
       return 0;
     }
     // A socket left by a mux that died: replaced.
@@ -610,6 +650,7 @@ int RunPersistMux(int argc, char** argv) {
   }
   struct stat bound {};
   if (::lstat(socket_path.c_str(), &bound) != 0 || ::listen(listener, 256) != 0) return 1;
+  announce();
 
   // Never destroyed: the serving threads wait on them until the process ends (std::_Exit below).
   ConnectionPool& pool = *new ConnectionPool(argv[4], tls);

@@ -73,8 +73,9 @@ std::optional<grpc::Status> CallThroughMux(const PersistTarget& target, std::str
                                            absl::Time deadline, bool retry_safe,
                                            std::string* response, std::string* note);
 
-// The mux's main: `loomctl --persist-mux SOCKET KEY SERVER IDLE_MS [CA CERT KEY_FILE]`, as
-// CallThroughMux starts it (detached, in a session of its own, its stdio on /dev/null). Serves
+// The mux's main: `loomctl --persist-mux SOCKET KEY SERVER IDLE_MS READY_FD [CA CERT KEY_FILE]`,
+// as CallThroughMux starts it (detached, in a session of its own, its stdio on /dev/null; a byte
+// on READY_FD once it listens). Serves
 // until it has been idle for IDLE_MS, then ends the process (exit code 0); returns an exit code
 // only when it cannot serve.
 int RunPersistMux(int argc, char** argv);
