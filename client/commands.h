@@ -33,13 +33,13 @@ struct SubmitArgs {
   // The YAML specs, a job each; "-" (alone) for standard input. Several: submit_many.h.
   std::vector<std::string> files;
   bool wait = false;       // follow the job to its end; exit 1 if it fails or is cancelled
-  std::string request_id;  // idempotency key; a fresh random one when empty
+  std::string request_id{};  // idempotency key; a fresh random one when empty
 };
 
 struct LogsArgs {
   std::string job;
   bool follow = false;
-  std::optional<int> rank;
+  std::optional<int> rank{};
 };
 
 struct PlanArgs {
