@@ -102,11 +102,9 @@ int main(int argc, char** argv) {
     if (const char* env = std::getenv("LOOM_PERSIST"); env != nullptr) f.persist = env;
   }
   if (!f.persist.empty()) {
-    absl::Duration idle;
-    if (f.persist == "0") {
-      idle = absl::ZeroDuration();
-    } else if (!absl::ParseDuration(f.persist, &idle) || idle < absl::ZeroDuration() ||
-               idle > absl::Hours(24)) {
+    absl::Duration idle;  // "0" parses as zero: off
+    if (!absl::ParseDuration(f.persist, &idle) || idle < absl::ZeroDuration() ||
+        idle > absl::Hours(24)) {
       std::cerr << "loomctl: --persist (or LOOM_PERSIST): \"" << f.persist
                 << "\" is not a duration between 0 and 24h; write it like 60s or 10m\n";
       return kExitInvalidInput;

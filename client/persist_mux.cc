@@ -235,11 +235,10 @@ int SpawnMux(const PersistTarget& target, const std::string& socket_path, const 
   if (child == 0) {
     ::setsid();
     if (::fork() != 0) _exit(0);
+    // Never the caller's stdio: a pipe held open would keep a shell or a test waiting.
     const int null = ::open("/dev/null", O_RDWR);
-    if (null >= 0) {
-      ::dup2(null, 0);
-      ::dup2(null, 1);
-      ::dup2(null, 2);
+    if (null < 0 || ::dup2(null, 0) != 0 || ::dup2(null, 1) != 1 || ::dup2(null, 2) != 2) {
+      _exit(127);
     }
     // As fd 3, open across the exec (dup2 onto itself would keep close-on-exec: cleared here).
     if (::dup2(ready[1], 3) != 3 || ::fcntl(3, F_SETFD, 0) != 0) _exit(127);
@@ -324,6 +323,11 @@ absl::StatusOr<MuxAnswer> DecodeMuxAnswer(std::string_view frame) {
   return out;
 }
 
+bool MuxRelays(std::string_view path) {
+  return path == "/loom.v1.JobService/CreateJob" || path == "/loom.v1.JobService/GetJob" ||
+         path == "/loom.v1.JobService/ListJobs" || path == "/loom.v1.JobService/CancelJob";
+}
+
 absl::StatusOr<std::string> PersistDirectory() {
   const uid_t uid = ::geteuid();
   const char* runtime = std::getenv("XDG_RUNTIME_DIR");
@@ -381,7 +385,7 @@ std::optional<grpc::Status> CallThroughMux(const PersistTarget& target, std::str
                                            absl::Time deadline, bool retry_safe,
                                            std::string* response, std::string* note) {
   note->clear();
-  if (path.size() > kMuxMaxPathBytes || token.size() > kMuxMaxTokenBytes ||
+  if (!MuxRelays(path) || token.size() > kMuxMaxTokenBytes ||
       request.size() > kMuxMaxRequestBodyBytes) {
     return std::nullopt;  // the direct call gives the error, if any
   }
@@ -548,9 +552,11 @@ void ServeOne(MuxState* state, int fd) {
   MuxAnswer answer;
   absl::StatusOr<MuxRequest> request =
       read == ReadResult::kOk ? DecodeMuxRequest(frame) : absl::InvalidArgumentError("no frame");
-  if (!request.ok() || request->key != state->key) {
+  if (!request.ok() || request->key != state->key || !MuxRelays(request->path)) {
     answer.code = kMuxRefused;
-    answer.message = request.ok() ? "another mux's call" : std::string(request.status().message());
+    answer.message = !request.ok()                ? std::string(request.status().message())
+                     : request->key != state->key ? "another mux's call"
+                                                  : "a call this mux does not relay";
   } else {
     // The caller's deadline, at most an hour away whatever it says.
     const absl::Time deadline =

@@ -55,6 +55,10 @@ struct PersistTarget {
   absl::Duration idle;         // > 0
 };
 
+// Whether a mux relays calls to `path`: CreateJob, GetJob, ListJobs and CancelJob of JobService,
+// nothing else (a mux is not a general relay to loomd, whoever of its user writes to it).
+bool MuxRelays(std::string_view path);
+
 // The private directory of the user's mux sockets, created when missing; an error that names
 // the directory and what is wrong with it.
 absl::StatusOr<std::string> PersistDirectory();

@@ -495,19 +495,50 @@ grpc::Status WireClient::StartSession(int fd, const std::string& host, absl::Tim
   return grpc::Status::OK;
 }
 
+namespace {
+
+// A request buffer of `size` message bytes after gRPC's 5-byte prefix (not compressed, the
+// length big-endian), the message itself left to the caller.
+absl::StatusOr<std::string> FramedRequest(size_t size) {
+  if (size > 0xffffffffu) return absl::InvalidArgumentError("the request is larger than 4 GiB");
+  std::string framed(5 + size, '\0');
+  for (int i = 0; i < 4; ++i) framed[1 + i] = static_cast<char>((size >> (24 - 8 * i)) & 0xff);
+  return framed;
+}
+
+}  // namespace
+
 grpc::Status WireClient::Call(std::string_view path, const google::protobuf::MessageLite& request,
                               google::protobuf::MessageLite* response, absl::Time deadline) {
-  std::string bytes;
-  if (!request.SerializeToString(&bytes)) {
+  const size_t size = request.ByteSizeLong();
+  absl::StatusOr<std::string> framed = FramedRequest(size);
+  if (!framed.ok()) {
+    return grpc::Status(StatusCode::INVALID_ARGUMENT, std::string(framed.status().message()));
+  }
+  if (!request.SerializeToArray(framed->data() + 5, static_cast<int>(size))) {
     return grpc::Status(StatusCode::INTERNAL, "cannot serialize the request");
   }
-  std::string answer;
-  grpc::Status status = CallSerialized(path, bytes, &answer, deadline, token_);
+  std::string body;
+  grpc::Status status = Exchange(path, *std::move(framed), deadline, token_, &body);
   if (!status.ok()) return status;
-  if (!response->ParseFromString(answer)) {
+  if (!response->ParseFromArray(body.data() + 5, static_cast<int>(body.size() - 5))) {
     return grpc::Status(StatusCode::INTERNAL, "cannot parse the answer's message");
   }
   return grpc::Status::OK;
+}
+
+grpc::Status WireClient::CallSerialized(std::string_view path, std::string_view request,
+                                        std::string* response, absl::Time deadline,
+                                        std::string_view token) {
+  absl::StatusOr<std::string> framed = FramedRequest(request.size());
+  if (!framed.ok()) {
+    return grpc::Status(StatusCode::INVALID_ARGUMENT, std::string(framed.status().message()));
+  }
+  if (!request.empty()) std::memcpy(framed->data() + 5, request.data(), request.size());
+  std::string body;
+  grpc::Status status = Exchange(path, *std::move(framed), deadline, token, &body);
+  if (status.ok()) response->assign(body, 5, std::string::npos);
+  return status;
 }
 
 int WireClient::session_fd() const { return session_ == nullptr ? -1 : session_->fd; }
@@ -534,9 +565,9 @@ void WireClient::DropSessionIfClosed() {
   if (!nghttp2_session_want_read(s.h2)) session_.reset();
 }
 
-grpc::Status WireClient::CallSerialized(std::string_view path, std::string_view request,
-                                        std::string* response, absl::Time deadline,
-                                        std::string_view token) {
+grpc::Status WireClient::Exchange(std::string_view path, std::string framed_request,
+                                  absl::Time deadline, std::string_view token,
+                                  std::string* framed_answer) {
   if (!IsSendableHeaderValue(token)) {
     return grpc::Status(StatusCode::INVALID_ARGUMENT,
                         "the bearer token has a character that cannot be sent in a header "
@@ -549,15 +580,7 @@ grpc::Status WireClient::CallSerialized(std::string_view path, std::string_view 
     if (grpc::Status s = Connect(deadline); !s.ok()) return s;
   }
   CallState call;
-  const size_t size = request.size();
-  if (size > 0xffffffffu) {
-    return grpc::Status(StatusCode::INVALID_ARGUMENT, "the request is larger than 4 GiB");
-  }
-  call.request.resize(5 + size);
-  call.request[0] = 0;  // not compressed
-  for (int i = 0; i < 4; ++i)
-    call.request[1 + i] = static_cast<char>((size >> (24 - 8 * i)) & 0xff);
-  if (size > 0) std::memcpy(call.request.data() + 5, request.data(), size);
+  call.request = std::move(framed_request);
 
   const std::string timeout = GrpcTimeoutHeader(deadline - absl::Now());
   const std::string bearer = token.empty() ? "" : absl::StrCat("Bearer ", std::string(token));
@@ -671,7 +694,7 @@ grpc::Status WireClient::CallSerialized(std::string_view path, std::string_view 
   if (length != call.body.size() - 5) {
     return grpc::Status(StatusCode::INTERNAL, "the answer is not exactly one message");
   }
-  response->assign(call.body, 5, std::string::npos);
+  *framed_answer = std::move(call.body);
   return grpc::Status::OK;
 }
 

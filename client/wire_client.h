@@ -87,7 +87,11 @@ class WireClient {
   struct Session;  // the socket and the nghttp2 session, open between calls
 
   grpc::Status Connect(absl::Time deadline);
-
+  // The call itself: `framed_request` is the request message after gRPC's 5-byte prefix; on OK
+  // `*framed_answer` is the answer's body, checked to be exactly one uncompressed message after
+  // its prefix. Call and CallSerialized differ only in how they make and read those.
+  grpc::Status Exchange(std::string_view path, std::string framed_request, absl::Time deadline,
+                        std::string_view token, std::string* framed_answer);
   // Over the connected `fd` (taken over): TLS with `host` as the name to verify, when tls_ is
   // set, then HTTP/2's settings.
   grpc::Status StartSession(int fd, const std::string& host, absl::Time deadline);

@@ -31,6 +31,7 @@
 #               with `loomctl --persist=60s` (a background loomctl keeps the connections to loomd
 #               open; client/persist_mux.h), started by one call before the clock; "nan" for a
 #               build without --persist. Slurm's column repeats its submit and storm figures
+#               there, as for the TLS rows
 #   turnaround  JOBS trivial 8-device jobs, all queued first (Loom: while the worker is stopped;
 #               Slurm: held), then released: wall time per job from the release until the last
 #               ends (each job takes every device, so they run one after the other) | the same
@@ -440,7 +441,7 @@ done
 
 echo "control_plane_bench: $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $rounds rounds," \
   "storm $loops x $per_loop, turnaround $jobs jobs"
-printf '%-12s %-8s' row unit
+printf '%-18s %-8s' row unit
 for system in "${systems[@]}"; do printf ' %-10s' "$system"; done
 [ "${#systems[@]}" -gt 1 ] && for system in "${systems[@]:1}"; do printf ' %-12s' "loom/$system"; done
 echo
@@ -449,7 +450,7 @@ for row in start submit submit-tls submit-persist submit-tls-persist storm storm
   cpu-ranks; do
   unit=ms
   [[ "$row" = storm* || "$row" = sweep ]] && unit=jobs/s
-  printf '%-12s %-8s' "$row" "$unit"
+  printf '%-18s %-8s' "$row" "$unit"
   declare -A med=()
   for system in "${systems[@]}"; do
     values=${results["$system $row"]:-}

@@ -102,6 +102,17 @@ TEST(PersistMuxFrames, FieldsBeyondTheirBoundsAndUnknownCodesAreRefused) {
   }
 }
 
+TEST(PersistMuxRelays, OnlyTheFourUnaryJobCalls) {
+  for (const char* method : {"CreateJob", "GetJob", "ListJobs", "CancelJob"}) {
+    EXPECT_TRUE(MuxRelays(std::string("/loom.v1.JobService/") + method)) << method;
+  }
+  for (const char* path : {"/loom.v1.JobService/WatchJob", "/loom.v1.NodeService/Session",
+                           "/loom.v1.NodeService/DrainNode", "/loom.v1.JobService/GetJob2",
+                           "/loom.v1.JobService/", "", "/loom.v1.JobService/GetJob\n"}) {
+    EXPECT_FALSE(MuxRelays(path)) << path;
+  }
+}
+
 // Points XDG_RUNTIME_DIR at a temp dir for one test, and back.
 class PersistDirectoryTest : public ::testing::Test {
  protected:
