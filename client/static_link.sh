@@ -4,12 +4,22 @@
 # (gRPC, protobuf, Abseil, yaml-cpp, OpenSSL, c-ares, re2, zlib, upb, nghttp2: Debian ships the
 # .a files in the -dev packages) replaced by that archive, libstdc++ and libgcc linked statically, and a
 # position-dependent executable (-no-pie: no start-up relocation of the binary's own pointers).
-# glibc (libc, libm, libdl, librt, libpthread) stays shared: a static glibc cannot use NSS, and
-# it costs the loader almost nothing. A library without a .a stays as it was, so the link never
-# fails because of this script; it is only slower to start.
+# glibc is linked statically too (-static) when the whole program links that way; otherwise (a
+# library loomctl needs has no archive) it stays shared, with a warning. A library without a .a
+# that loomctl does not use is left out of the static link (a shared link would drop it too).
 #
 # Why: a CLI call is dominated by the dynamic loader when ~58 shared libraries with ~15,700
-# relocations are mapped (about 25 ms per `loomctl` on a 2-core machine); this makes it ~3 ms.
+# relocations are mapped (about 25 ms per `loomctl` on a 2-core machine); the archives made it
+# ~3 ms. With glibc shared the loader still mapped libc and libm and resolved their symbols on
+# every call; statically, a `loomctl list` went from 1.10-1.59 to 0.81-0.87 ms of CPU and from
+# 170 to 130 page faults (perf stat, 200 calls each, 2-core VM).
+#
+# What a static glibc means for loomctl: host names are resolved by the "files" and "dns" sources
+# of /etc/nsswitch.conf, which are built into glibc; any other source (mdns, myhostname,
+# resolve) is loaded at run time from the system's glibc, which must then be the version
+# loomctl was linked with (Debian's security updates keep it), so rebuild loomctl after a
+# distribution upgrade. The linker says as much about getaddrinfo and dlopen; those warnings are
+# filtered from the build's output below.
 set -euo pipefail
 
 static_of() {  # prints the .a for a shared library path or -l flag, or nothing
@@ -90,30 +100,104 @@ lazy_protobuf_archive() {
   echo "$out"
 }
 
+# Prints a copy of OpenSSL's archive $1 whose CPU-feature probe runs when OpenSSL is first
+# initialised instead of at program start, or $1 itself when the archive does not look as
+# expected.
+#
+# Why: libcrypto's x86_64cpuid.o puts `call OPENSSL_cpuid_setup` into the .init section, so every
+# program linked with it runs OpenSSL's CPUID probe before main, TLS or not. In a virtual machine
+# each CPUID instruction traps to the hypervisor (5-8 us each on this project's VMs): about 2.5 %
+# of a plaintext `loomctl` call's samples were OPENSSL_ia32_cpuid. OpenSSL 3 runs the same probe
+# in OPENSSL_init_crypto (ossl_init_base), which every TLS path calls before any cipher, so
+# without the .init entry the probe happens exactly when TLS is used. (A libcrypto function
+# called before any initialisation would see no CPU features and take its portable code path:
+# slower, never wrong.) Only a member whose whole .init is that one call is changed.
+crypto_archive_without_cpuid_init() {
+  local src=$1 dir=$PWD/crypto_lazy_cpuid member=libcrypto-lib-x86_64cpuid.o
+  local out=$dir/libcrypto.a
+  if [ "$out" -nt "$src" ] && [ "$out" -nt "$0" ]; then
+    echo "$out"
+    return
+  fi
+  local work
+  work=$(mktemp -d "${TMPDIR:-/tmp}/loomctl-crypto-XXXXXX")
+  local sections="" relocations=""
+  if [ "$(ar t "$src" | grep -cx "$member")" = 1 ] && (cd "$work" && ar x "$src" "$member"); then
+    sections=$(readelf -SW "$work/$member")
+    relocations=$(readelf -rW "$work/$member")
+  fi
+  # .init is 5 bytes (one call) and its one relocation names OPENSSL_cpuid_setup.
+  if grep -Eq ' \.init +PROGBITS +[0-9a-f]+ [0-9a-f]+ 000005 ' <<<"$sections" &&
+    [ "$(grep -A3 "'\.rela\.init'" <<<"$relocations" | grep -c 'OPENSSL_cpuid_setup')" = 1 ] &&
+    objcopy -R .init "$work/$member"; then
+    mkdir -p "$dir"
+    cp "$src" "$out.tmp" && (cd "$work" && ar rs "$out.tmp" "$member") && mv "$out.tmp" "$out"
+    rm -rf "$work"
+    echo "$out"
+    return
+  fi
+  echo "static_link.sh: $src does not look like OpenSSL 3's archive; loomctl keeps its" \
+    "CPUID probe at start" >&2
+  rm -rf "$work"
+  echo "$src"
+}
+
 # The command is `c++ FLAGS OBJECTS -o OUTPUT LIBRARIES...`; libraries are swapped in place and
 # put in one group: CMake's order assumed shared libraries, which resolve symbols in any order,
-# and archives need a group for the same.
-cmd=()
+# and archives need a group for the same. Two commands are built: `static` (glibc too; shared
+# libraries without an archive left out) and `mixed` (glibc and those libraries shared).
+static=()
+mixed=()
 after_output=0
 expect_output=0
 for arg in "$@"; do
   if [ "$expect_output" = 1 ]; then
-    cmd+=("$arg" -no-pie -static-libstdc++ -static-libgcc -Wl,-O1 -Wl,--start-group)
+    flags=(-no-pie -static-libstdc++ -static-libgcc -Wl,-O1 -Wl,--start-group)
+    static+=("$arg" -static "${flags[@]}")
+    mixed+=("$arg" "${flags[@]}")
     expect_output=0
     after_output=1
     continue
   fi
   if [ "$arg" = -o ] && [ "$after_output" = 0 ]; then
-    cmd+=("$arg")
+    static+=("$arg")
+    mixed+=("$arg")
     expect_output=1
     continue
   fi
+  shared=0
   case "$arg" in
     -lc | -lm | -ldl | -lrt | -lpthread | -latomic) replacement= ;;
-    *) replacement=$(static_of "$arg") ;;
+    *)
+      replacement=$(static_of "$arg")
+      case "$arg" in -l* | */lib*.so | */lib*.so.*) shared=1 ;; esac
+      ;;
   esac
-  case "$replacement" in */libprotobuf.a) replacement=$(lazy_protobuf_archive "$replacement") ;; esac
-  cmd+=("${replacement:-$arg}")
+  case "$replacement" in
+    */libprotobuf.a) replacement=$(lazy_protobuf_archive "$replacement") ;;
+    */libcrypto.a) replacement=$(crypto_archive_without_cpuid_init "$replacement") ;;
+  esac
+  mixed+=("${replacement:-$arg}")
+  if [ -n "$replacement" ] || [ "$shared" = 0 ]; then static+=("${replacement:-$arg}"); fi
 done
-[ "$after_output" = 1 ] && cmd+=(-Wl,--end-group)
-exec "${cmd[@]}"
+if [ "$after_output" = 1 ]; then
+  static+=(-Wl,--end-group)
+  mixed+=(-Wl,--end-group)
+fi
+[ "$after_output" = 1 ] || exec "$@"  # not a link command we understand: run it as written
+
+# glibc's warnings about static NSS and dlopen (explained at the top) are dropped; every other
+# line of the linker's output is kept.
+glibc_note='in statically linked applications requires at runtime the shared libraries from the glibc'
+log=$(mktemp "${TMPDIR:-/tmp}/loomctl-link-XXXXXX")
+if "${static[@]}" 2>"$log"; then
+  # Each note follows a line naming the function that uses the call; both go.
+  awk -v note="$glibc_note" 'index($0, note) { held = ""; next }
+    { if (held != "") print held; held = $0 } END { if (held != "") print held }' "$log" >&2
+  rm -f "$log"
+  exit 0
+fi
+echo "static_link.sh: a fully static loomctl did not link; linking it with glibc shared:" >&2
+grep -v -e "$glibc_note" "$log" | tail -5 >&2 || true  # the reason, without the notes
+rm -f "$log"
+exec "${mixed[@]}"
