@@ -12,6 +12,12 @@ initializer is left. So that the check cannot pass by reading nothing, the same 
 protobuf's priority-101 initializers, which stay (they register the default instances'
 destructors). Then it runs the commands whose output needs the descriptors (JSON of a plan,
 built by reflection, from a spec parsed from YAML through JSON) and checks what they print.
+
+static_link.sh also links glibc statically and removes libcrypto's CPUID probe from .init (it
+runs at OpenSSL's initialisation instead). So this test also fails when loomctl has a program
+interpreter (the dynamic loader: a fallback link happened) or when its .init section calls
+OPENSSL_cpuid_setup, which must be in the symbol table (so the check cannot pass by finding
+nothing to check).
 """
 import json
 import os
@@ -54,6 +60,30 @@ def symbols_by_address(data, sections, headers):
     return names
 
 
+def program_interpreter(data):
+    """The PT_INTERP path of an ELF64 executable, or None for a static one."""
+    phoff, = struct.unpack_from("<Q", data, 0x20)
+    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+    for i in range(phnum):
+        p_type, _flags, p_offset, _vaddr, _paddr, p_filesz = struct.unpack_from(
+            "<IIQQQQ", data, phoff + i * phentsize)
+        if p_type == 3:  # PT_INTERP
+            return data[p_offset:p_offset + p_filesz].rstrip(b"\0").decode(errors="replace")
+    return None
+
+
+def init_calls(data, sections):
+    """Targets of the direct calls (E8 rel32) in the .init section."""
+    address, offset, size, _, _ = sections[".init"]
+    code = data[offset:offset + size]
+    targets = []
+    for i in range(len(code) - 4):
+        if code[i] == 0xE8:
+            rel, = struct.unpack_from("<i", code, i + 1)
+            targets.append(address + i + 5 + rel)
+    return targets
+
+
 def main():
     loomctl, examples = sys.argv[1], sys.argv[2]
     with open(loomctl, "rb") as f:
@@ -75,6 +105,20 @@ def main():
     if len(kept) < 5:
         print("FAIL: protobuf's well-known-type files' priority-101 initializers not found "
               "(the symbol lookup or the link changed); the check above proves nothing")
+        failed = True
+
+    interpreter = program_interpreter(data)
+    if interpreter is not None:
+        print(f"FAIL: loomctl is linked dynamically (interpreter {interpreter}): static_link.sh "
+              "fell back to a shared glibc; its warning in the build output says why")
+        failed = True
+    cpuid_setup = [a for a, n in names.items() if n == "OPENSSL_cpuid_setup"]
+    if not cpuid_setup:
+        print("FAIL: OPENSSL_cpuid_setup is not in loomctl's symbol table; the .init check "
+              "below proves nothing")
+        failed = True
+    elif cpuid_setup[0] in init_calls(data, sections):
+        print("FAIL: loomctl's .init still calls OPENSSL_cpuid_setup (a CPUID probe before main)")
         failed = True
 
     # The descriptors on first use: a plan printed as JSON (reflection over Loom's messages and
