@@ -20,7 +20,7 @@ bool LaunchPool::RunOne(std::unique_lock<std::mutex>& lock, ChildStack& stack) {
   const Task task = queue_.front();
   queue_.pop_front();
   lock.unlock();
-  *task.result = Launch(*task.request, &stack);
+  *task.result = Launch(*task.request, &stack, task.signals);
   lock.lock();
   if (--pending_ == 0) done_cv_.notify_all();
   return true;
@@ -40,8 +40,11 @@ std::vector<absl::StatusOr<LaunchedProcess>> LaunchPool::LaunchAll(
     const std::vector<LaunchRequest>& requests) {
   std::vector<absl::StatusOr<LaunchedProcess>> results(requests.size(),
                                                        absl::InternalError("not launched"));
+  const SignalSnapshot signals = NonDefaultSignals();
   std::unique_lock<std::mutex> lock(mu_);
-  for (size_t i = 0; i < requests.size(); ++i) queue_.push_back(Task{&requests[i], &results[i]});
+  for (size_t i = 0; i < requests.size(); ++i) {
+    queue_.push_back(Task{&requests[i], &results[i], &signals});
+  }
   pending_ += static_cast<int>(requests.size());
   work_cv_.notify_all();
   while (RunOne(lock, caller_stack_)) {

@@ -30,7 +30,8 @@ class LaunchPool {
   LaunchPool(const LaunchPool&) = delete;
   LaunchPool& operator=(const LaunchPool&) = delete;
 
-  // Launches every request, in parallel, and returns their results in the requests' order.
+  // Launches every request, in parallel, and returns their results in the requests' order. The
+  // signal dispositions the children reset are read once per call (NonDefaultSignals()).
   std::vector<absl::StatusOr<LaunchedProcess>> LaunchAll(
       const std::vector<LaunchRequest>& requests);
 
@@ -38,6 +39,7 @@ class LaunchPool {
   struct Task {
     const LaunchRequest* request;
     absl::StatusOr<LaunchedProcess>* result;
+    const SignalSnapshot* signals;  // LaunchAll()'s, alive until its tasks are done
   };
   void Work();
   // Runs one queued task on `stack` (the calling thread's); false when it found none.

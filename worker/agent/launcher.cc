@@ -21,30 +21,14 @@
 namespace loom::worker {
 namespace {
 
-// What the child reports on the exec-error pipe: which step failed, and errno.
+// What a child that failed before its exec reports: which step failed, and errno. Written by
+// the child into the launching thread's memory (shared until the exec), read once the clone has
+// returned.
 enum ChildStep : int { kStepSetup = 1, kStepChdir = 2, kStepExec = 3, kStepUser = 4 };
 struct ChildError {
-  int step;
-  int err;
+  volatile int step = 0;  // volatile: written by another task, read after clone() returns
+  volatile int err = 0;
 };
-
-// Async-signal-safe: write all of `buf` or give up.
-void WriteAll(int fd, const void* buf, size_t len) {
-  const char* p = static_cast<const char*>(buf);
-  while (len > 0) {
-    const ssize_t n = ::write(fd, p, len);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    p += n;
-    len -= static_cast<size_t>(n);
-  }
-}
-
-[[noreturn]] void ChildFail(int err_fd, int step) {
-  const ChildError e{step, errno};
-  WriteAll(err_fd, &e, sizeof(e));
-  _exit(127);
-}
 
 void CloseIfOpen(int& fd) {
   if (fd >= 0) ::close(fd);
@@ -60,12 +44,23 @@ struct ChildContext {
   const char* cwd;  // null: stay in the worker's directory
   int max_fd;
   pid_t parent;
-  int devnull, out, err, prog, exec_err, fence;  // the child's ends
+  const SignalSnapshot* signals;       // null: reset every signal
+  int devnull, out, err, prog, fence;  // the child's ends
+  ChildError* error;                   // the launching thread's, written only on failure
 };
+
+// The one write the child makes to the worker's memory, then its end. _exit, not exit: no
+// handler of the worker's may run here.
+[[noreturn]] void ChildFail(const ChildContext& c, int step) {
+  c.error->err = errno;
+  c.error->step = step;
+  _exit(127);
+}
 
 // The child, from the clone to the exec. It runs in the worker's address space (CLONE_VM) on
 // its own stack while the cloning thread waits (CLONE_VFORK), so it must not write any memory
-// the worker uses: no allocation, no locks, nothing but system calls on the prepared data. The
+// the worker uses but its error report: no allocation, no locks, nothing but system calls on the
+// prepared data. The
 // credential changes are raw system calls because glibc's setuid/setgid/setgroups would signal
 // every thread on the worker's thread list (they apply the change process-wide), which is
 // shared memory here. Signals are blocked from before the clone until the dispositions are
@@ -73,45 +68,48 @@ struct ChildContext {
 int ChildMain(void* arg) {
   const ChildContext& c = *static_cast<const ChildContext*>(arg);
   const LaunchRequest& request = *c.request;
-  const int report = c.exec_err;
-  if (::setpgid(0, 0) != 0) ChildFail(report, kStepSetup);
+  if (::setpgid(0, 0) != 0) ChildFail(c, kStepSetup);
   // The user first: a change of credentials clears the parent-death signal set below.
   if (request.switch_user) {
     // Groups first: after setuid the process may no longer change them.
     if (::syscall(SYS_setgroups, request.groups.size(), request.groups.data()) != 0 ||
         ::syscall(SYS_setgid, request.gid) != 0 || ::syscall(SYS_setuid, request.uid) != 0) {
-      ChildFail(report, kStepUser);
+      ChildFail(c, kStepUser);
     }
   }
-  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) ChildFail(report, kStepSetup);
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) ChildFail(c, kStepSetup);
   if (::getppid() != c.parent) _exit(127);  // the worker died before the death signal was armed
   // Default dispositions first, then the empty mask: a signal delivered in between would run a
   // worker handler here.
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
-  for (int sig = 1; sig < NSIG; ++sig) {
-    if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, nullptr);
+  if (c.signals != nullptr) {
+    for (int i = 0; i < c.signals->count; ++i) sigaction(c.signals->signals[i], &dfl, nullptr);
+  } else {
+    for (int sig = 1; sig < NSIG; ++sig) {
+      if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, nullptr);
+    }
   }
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
-  // Move the six fds above the target range first so dup2 cannot clobber one of them.
-  int src[6] = {c.devnull, c.out, c.err, c.prog, c.exec_err, c.fence};
+  // Move the five fds above the target range first so dup2 cannot clobber one of them.
+  int src[5] = {c.devnull, c.out, c.err, c.prog, c.fence};
   for (int& fd : src) {
     fd = ::fcntl(fd, F_DUPFD_CLOEXEC, 10);
-    if (fd < 0) ChildFail(report, kStepSetup);
+    if (fd < 0) ChildFail(c, kStepSetup);
   }
   for (int target = 0; target < 4; ++target) {
-    if (::dup2(src[target], target) < 0) ChildFail(src[4], kStepSetup);
+    if (::dup2(src[target], target) < 0) ChildFail(c, kStepSetup);
   }
-  if (::dup3(src[4], 4, O_CLOEXEC) < 0) ChildFail(src[4], kStepSetup);
-  if (::dup2(src[5], 5) < 0) ChildFail(4, kStepSetup);
+  if (::dup2(src[4], 5) < 0) ChildFail(c, kStepSetup);
   if (::close_range(6, ~0U, 0) != 0) {
     for (int fd = 6; fd < c.max_fd; ++fd) ::close(fd);
   }
-  if (c.cwd != nullptr && ::chdir(c.cwd) != 0) ChildFail(4, kStepChdir);
+  ::close(4);  // the rank contract leaves fd 4 closed
+  if (c.cwd != nullptr && ::chdir(c.cwd) != 0) ChildFail(c, kStepChdir);
   ::execve(c.program, c.argv, c.envp);
-  ChildFail(4, kStepExec);
+  ChildFail(c, kStepExec);
 }
 
 // The child's stack: it runs only the system calls above.
@@ -140,7 +138,21 @@ std::string ErrnoText(int err) {
   return text != nullptr ? std::string(text) : absl::StrCat("errno ", err);
 }
 
-absl::StatusOr<LaunchedProcess> Launch(const LaunchRequest& request, ChildStack* stack) {
+SignalSnapshot NonDefaultSignals() {
+  SignalSnapshot snapshot;
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    struct sigaction current {};
+    // A number the kernel refuses (glibc's internal real-time signals) is reset by nobody.
+    if (::sigaction(sig, nullptr, &current) != 0) continue;
+    const bool with_info = (current.sa_flags & SA_SIGINFO) != 0;
+    if (with_info || current.sa_handler != SIG_DFL) snapshot.signals[snapshot.count++] = sig;
+  }
+  return snapshot;
+}
+
+absl::StatusOr<LaunchedProcess> Launch(const LaunchRequest& request, ChildStack* stack,
+                                       const SignalSnapshot* signals) {
   // Everything the child touches is prepared here: no allocation after fork.
   std::vector<std::string> arg_storage;
   arg_storage.push_back(request.program);
@@ -161,14 +173,14 @@ absl::StatusOr<LaunchedProcess> Launch(const LaunchRequest& request, ChildStack*
                          : 1048576;
 
   // [0] read end (parent), [1] write end (child). All close-on-exec until dup2'd in the child.
-  int out[2] = {-1, -1}, err[2] = {-1, -1}, prog[2] = {-1, -1}, exec_err[2] = {-1, -1};
+  int out[2] = {-1, -1}, err[2] = {-1, -1}, prog[2] = {-1, -1};
   // The fence runs the other way: [0] the child's end (fd 5), [1] the parent's. A socket pair
   // rather than a pipe, so that the worker writes with MSG_NOSIGNAL (no SIGPIPE when the rank
   // has gone).
   int fence[2] = {-1, -1};
   int devnull = -1;
   auto close_all = [&] {
-    for (int* p : {out, err, prog, exec_err, fence}) {
+    for (int* p : {out, err, prog, fence}) {
       CloseIfOpen(p[0]);
       CloseIfOpen(p[1]);
     }
@@ -179,7 +191,7 @@ absl::StatusOr<LaunchedProcess> Launch(const LaunchRequest& request, ChildStack*
     close_all();
     return absl::ResourceExhaustedError(absl::StrCat("socketpair: ", ErrnoText(e)));
   }
-  for (int* p : {out, err, prog, exec_err}) {
+  for (int* p : {out, err, prog}) {
     if (::pipe2(p, O_CLOEXEC) != 0) {
       const int e = errno;
       close_all();
@@ -192,9 +204,10 @@ absl::StatusOr<LaunchedProcess> Launch(const LaunchRequest& request, ChildStack*
     close_all();
     return absl::InternalError(absl::StrCat("open /dev/null: ", ErrnoText(e)));
   }
-  const ChildContext context{&request, program,     argv.data(), envp.data(), cwd,
-                             max_fd,   ::getpid(),  devnull,     out[1],      err[1],
-                             prog[1],  exec_err[1], fence[0]};
+  ChildError child_error;
+  const ChildContext context{&request, program,    argv.data(), envp.data(), cwd,
+                             max_fd,   ::getpid(), signals,     devnull,     out[1],
+                             err[1],   prog[1],    fence[0],    &child_error};
   std::optional<ChildStack> own_stack;  // only when the caller has none (or its mapping failed)
   if (stack == nullptr || stack->top() == nullptr) stack = &own_stack.emplace();
   if (stack->top() == nullptr) {
@@ -222,21 +235,19 @@ absl::StatusOr<LaunchedProcess> Launch(const LaunchRequest& request, ChildStack*
   // Parent. setpgid here too, so that the group exists before Launch() returns whatever the
   // scheduling order (EACCES after the child's exec or ESRCH after its exit are harmless).
   ::setpgid(pid, pid);
-  for (int* p : {out, err, prog, exec_err}) CloseIfOpen(p[1]);
+  for (int* p : {out, err, prog}) CloseIfOpen(p[1]);
   CloseIfOpen(fence[0]);
   CloseIfOpen(devnull);
 
-  ChildError child_error{0, 0};
-  size_t got = 0;
-  while (got < sizeof(child_error)) {
-    const ssize_t n =
-        ::read(exec_err[0], reinterpret_cast<char*>(&child_error) + got, sizeof(child_error) - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    got += static_cast<size_t>(n);
+  // The child has exec'd or exited (CLONE_VFORK); a child that exited before its exec without a
+  // report (its parent died first) is reaped by the caller like any rank.
+  const bool failed = child_error.step != 0;
+  if (!failed && request.nice) {
+    // ESRCH (the rank already ended) is harmless; nothing else is expected from a parent that
+    // could raise its own priority.
+    ::setpriority(PRIO_PROCESS, static_cast<id_t>(pid), *request.nice);
   }
-  CloseIfOpen(exec_err[0]);
-  if (got > 0) {
+  if (failed) {
     int status = 0;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }

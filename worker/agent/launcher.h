@@ -8,9 +8,11 @@
 // ends the caller gets; no other inherited descriptor; the given working directory and exactly
 // the given environment; and, when asked, the given user, group and supplementary groups.
 //
-// Exec failure is detected with the close-on-exec pipe trick: the child writes errno to a
-// CLOEXEC pipe when a step fails; a successful execve closes the pipe, so the parent reads EOF.
-// Launch() therefore returns only after the rank program is running (or has failed to start).
+// Exec failure is reported through the memory the child shares with the worker until it execs:
+// a step that fails writes the step and errno there and exits. CLONE_VFORK resumes the
+// launching thread only once the child has exec'd or exited, so Launch() returns only after the
+// rank program is running (or has failed to start), and then the report is complete. (A pipe
+// closed on exec did the same at the cost of a pipe, a read and two closes per rank.)
 //
 // The child is a clone that shares the worker's address space until it execs (CLONE_VM |
 // CLONE_VFORK, as posix_spawn does), not a fork: the worker's page tables are not copied (on a
@@ -26,7 +28,9 @@
 
 #include <sys/types.h>
 
+#include <csignal>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,7 +50,27 @@ struct LaunchRequest {
   uid_t uid = 0;
   gid_t gid = 0;
   std::vector<gid_t> groups;
+  // The nice value the rank runs at, when the worker runs at a higher priority than its ranks
+  // (loom-worker --raise-priority; agent_priority.h). The child keeps the launching thread's
+  // priority through its set-up and exec, which are part of the gang's start, and the launching
+  // thread sets this value on it as soon as the exec has replaced the worker's image (the rank's
+  // first microseconds may still run at the worker's priority). nullopt: the rank keeps the
+  // launching thread's nice value.
+  std::optional<int> nice;
 };
+
+// The signals whose disposition differs from the default in this process: ignored ones (an
+// ignore survives exec, and a rank must start with defaults) and handled ones (a handler must
+// not run on the child's stack between the child's unblocking of signals and its exec). Taken
+// once per gang by the caller (LaunchPool) so that each child resets only these instead of
+// asking for all 64 (in a worker they are SIGPIPE alone: 1 system call instead of 62 per rank).
+// A disposition changed after the snapshot would be missed: the worker sets its dispositions at
+// start, before it launches anything.
+struct SignalSnapshot {
+  int count = 0;
+  int signals[NSIG] = {};
+};
+SignalSnapshot NonDefaultSignals();
 
 // A started rank. The caller owns the fds (read ends, non-blocking, close-on-exec) and must reap
 // `pid` with waitpid(). pid is also the process group id.
@@ -88,7 +112,9 @@ class ChildStack {
 //     "exec /x/loom-train: No such file or directory". Restarting cannot help: permanent.
 //   RESOURCE_EXHAUSTED / INTERNAL — pipe() or fork() failed (out of processes or fds): the node's
 //     trouble, worth a retry.
-absl::StatusOr<LaunchedProcess> Launch(const LaunchRequest& request, ChildStack* stack = nullptr);
+// `signals`: the dispositions the child resets (NonDefaultSignals()); null resets every signal.
+absl::StatusOr<LaunchedProcess> Launch(const LaunchRequest& request, ChildStack* stack = nullptr,
+                                       const SignalSnapshot* signals = nullptr);
 
 // Thread-safe strerror.
 std::string ErrnoText(int err);
