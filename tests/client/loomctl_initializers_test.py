@@ -17,7 +17,10 @@ static_link.sh also links glibc statically and removes libcrypto's CPUID probe f
 runs at OpenSSL's initialisation instead). So this test also fails when loomctl has a program
 interpreter (the dynamic loader: a fallback link happened) or when its .init section calls
 OPENSSL_cpuid_setup, which must be in the symbol table (so the check cannot pass by finding
-nothing to check).
+nothing to check). The static loomctl finds its unwinding tables through its PT_GNU_EH_FRAME
+header instead of libgcc's frame registry (client/static_eh_frames.cc), so the test requires
+that header and throws exceptions in loomctl (--help and a bad flag are CLI11 exceptions; a
+YAML syntax error is yaml-cpp's) and checks each is caught and reported.
 """
 import json
 import os
@@ -72,6 +75,13 @@ def program_interpreter(data):
     return None
 
 
+def has_eh_frame_header(data):
+    phoff, = struct.unpack_from("<Q", data, 0x20)
+    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+    return any(struct.unpack_from("<I", data, phoff + i * phentsize)[0] == 0x6474E550
+               for i in range(phnum))  # PT_GNU_EH_FRAME
+
+
 def init_calls(data, sections):
     """Targets of the direct calls (E8 rel32) in the .init section."""
     address, offset, size, _, _ = sections[".init"]
@@ -120,6 +130,27 @@ def main():
     elif cpuid_setup[0] in init_calls(data, sections):
         print("FAIL: loomctl's .init still calls OPENSSL_cpuid_setup (a CPUID probe before main)")
         failed = True
+
+    if not has_eh_frame_header(data):
+        print("FAIL: loomctl has no PT_GNU_EH_FRAME header: with the frame registry bypassed, "
+              "no exception could be unwound")
+        failed = True
+    bad_yaml = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"loomctl-bad-{os.getpid()}.yaml")
+    with open(bad_yaml, "w") as f:
+        f.write("name: [unclosed\n")
+    try:
+        for args, code, needle in (
+                (["--help"], 0, "Usage:"),
+                (["list", "--no-such-flag"], 2, "--no-such-flag"),
+                (["plan", "-f", bad_yaml, "--cluster",
+                  os.path.join(examples, "cluster-h100.yaml")], 2, "YAML syntax error")):
+            run = subprocess.run([loomctl] + args, capture_output=True, text=True, timeout=60)
+            if run.returncode != code or needle not in run.stdout + run.stderr:
+                print(f"FAIL: loomctl {' '.join(args)} exited {run.returncode} (want {code}) "
+                      f"without {needle!r}: {(run.stdout + run.stderr).strip()[:300]}")
+                failed = True
+    finally:
+        os.unlink(bad_yaml)
 
     # The descriptors on first use: a plan printed as JSON (reflection over Loom's messages and
     # their imports), from a spec read as YAML -> JSON -> message.
