@@ -1,10 +1,9 @@
-// Launcher: what a rank starts with (dispositions, mask, descriptors, nice value), how a failure
-// before the exec is reported, and AgentPriority, the worker's priority above its ranks.
+// Launcher: what a rank starts with (dispositions, mask, descriptors) and how a failure before
+// the exec is reported.
 #include "worker/agent/launcher.h"
 
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,7 +16,6 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "gtest/gtest.h"
-#include "worker/agent/agent_priority.h"
 #include "worker/agent/launch_pool.h"
 
 namespace loom::worker {
@@ -140,54 +138,6 @@ TEST(LauncherTest, FailuresBeforeTheExecNameTheStepAndTheError) {
   const int again = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   EXPECT_EQ(again, probe);
   ::close(again);
-}
-
-// The nice value of LaunchRequest::nice is the rank's (set once the child has exec'd; the rank
-// reads it after a pause). Raising a nice value is always allowed, so the test runs as anyone.
-TEST(LauncherTest, RankGetsTheRequestedNiceValue) {
-  errno = 0;
-  const int mine = ::getpriority(PRIO_PROCESS, 0);
-  ASSERT_EQ(errno, 0);
-  if (mine >= 19) GTEST_SKIP() << "already at nice 19";
-  LaunchRequest r;
-  r.program = "/bin/sh";
-  r.args = {"-c", "sleep 0.2; cut -d' ' -f19 /proc/$$/stat"};
-  r.nice = mine + 1;
-  absl::StatusOr<LaunchedProcess> launched = Launch(r);
-  ASSERT_TRUE(launched.ok()) << launched.status();
-  EXPECT_EQ(Collect(*launched).first, absl::StrCat(mine + 1, "\n"));
-  r.nice.reset();  // no request: the launching thread's own value
-  launched = Launch(r);
-  ASSERT_TRUE(launched.ok()) << launched.status();
-  EXPECT_EQ(Collect(*launched).first, absl::StrCat(mine, "\n"));
-}
-
-TEST(AgentPriorityTest, ZeroLevelsChangesNothing) {
-  const AgentPriority p = RaiseAgentPriority(0);
-  EXPECT_FALSE(p.rank_nice.has_value());
-  EXPECT_TRUE(absl::StrContains(p.note, "--raise-priority=0")) << p.note;
-}
-
-// With CAP_SYS_NICE (root) the process's threads go up and the ranks keep the old value;
-// without it nothing changes and the note says what is missing.
-TEST(AgentPriorityTest, RaisesEveryThreadOrSaysWhyNot) {
-  errno = 0;
-  const int before = ::getpriority(PRIO_PROCESS, 0);
-  ASSERT_EQ(errno, 0);
-  const AgentPriority p = RaiseAgentPriority(5);
-  errno = 0;
-  const int after = ::getpriority(PRIO_PROCESS, 0);
-  if (p.rank_nice.has_value()) {
-    EXPECT_EQ(*p.rank_nice, before);
-    EXPECT_EQ(after, std::max(-20, before - 5));
-    EXPECT_TRUE(absl::StrContains(p.note, absl::StrCat("its ranks at nice ", before))) << p.note;
-    ASSERT_EQ(::setpriority(PRIO_PROCESS, 0, before), 0);  // back, for the other tests
-  } else {
-    EXPECT_EQ(after, before);
-    EXPECT_TRUE(absl::StrContains(p.note, "CAP_SYS_NICE") ||
-                absl::StrContains(p.note, "highest priority"))
-        << p.note;
-  }
 }
 
 }  // namespace

@@ -242,11 +242,6 @@ absl::StatusOr<LaunchedProcess> Launch(const LaunchRequest& request, ChildStack*
   // The child has exec'd or exited (CLONE_VFORK); a child that exited before its exec without a
   // report (its parent died first) is reaped by the caller like any rank.
   const bool failed = child_error.step != 0;
-  if (!failed && request.nice) {
-    // ESRCH (the rank already ended) is harmless; nothing else is expected from a parent that
-    // could raise its own priority.
-    ::setpriority(PRIO_PROCESS, static_cast<id_t>(pid), *request.nice);
-  }
   if (failed) {
     int status = 0;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {

@@ -30,7 +30,6 @@
 
 #include <csignal>
 #include <map>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,13 +49,6 @@ struct LaunchRequest {
   uid_t uid = 0;
   gid_t gid = 0;
   std::vector<gid_t> groups;
-  // The nice value the rank runs at, when the worker runs at a higher priority than its ranks
-  // (loom-worker --raise-priority; agent_priority.h). The child keeps the launching thread's
-  // priority through its set-up and exec, which are part of the gang's start, and the launching
-  // thread sets this value on it as soon as the exec has replaced the worker's image (the rank's
-  // first microseconds may still run at the worker's priority). nullopt: the rank keeps the
-  // launching thread's nice value.
-  std::optional<int> nice;
 };
 
 // The signals whose disposition differs from the default in this process: ignored ones (an

@@ -584,7 +584,6 @@ void Supervisor::LaunchJob(loom::v1::Assignment a) {
     request.uid = options_.rank_user.uid;
     request.gid = options_.rank_user.gid;
     request.groups = options_.rank_user.groups;
-    request.nice = options_.rank_nice;
   }
   std::vector<absl::StatusOr<LaunchedProcess>> results = pool_->LaunchAll(requests);
 

@@ -69,9 +69,6 @@ struct SupervisorOptions {
   PathRoots roots;
   // Who the ranks run as (--rank-user); the job's directories created here are given to it.
   RankIdentity rank_user;
-  // The nice value each rank gets when the worker raised its own priority above its ranks'
-  // (agent_priority.h); nullopt: ranks inherit the worker's.
-  std::optional<int> rank_nice;
   // Bounds on log lines and on LogChunk batches; a batch is sent when full or this old.
   size_t max_line_bytes = 16 * 1024;
   int log_batch_max_lines = 256;

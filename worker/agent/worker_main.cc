@@ -40,7 +40,6 @@
 #include "common/spec_path.h"
 #include "common/tls.h"
 #include "proto/register_descriptors.h"
-#include "worker/agent/agent_priority.h"
 #include "worker/agent/device_measurement.h"
 #include "worker/agent/gpu_inventory.h"
 #include "worker/agent/node_identity.h"
@@ -101,7 +100,6 @@ int main(int argc, char** argv) {
   bool insecure = false;
   int64_t fence_timeout_ms = 30000;
   bool measure_devices = true;
-  int raise_priority = 10;
   app.add_option("--coordinator", coordinator, "loomd's address, HOST:PORT")->required();
   app.add_option("--listen", listen, "This worker's gRPC address (health, reflection)")
       ->capture_default_str();
@@ -151,12 +149,6 @@ int main(int argc, char** argv) {
                  "about a second) and register them with those figures, which loomd's planner uses "
                  "instead of its catalog")
       ->capture_default_str();
-  app.add_option("--raise-priority", raise_priority,
-                 "Nice levels the worker runs above the ranks it starts, so that full cores do "
-                 "not delay gang starts, heartbeats and stops (needs CAP_SYS_NICE, which root "
-                 "has; 0 keeps the worker at its ranks' priority)")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 19));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -331,23 +323,6 @@ int main(int argc, char** argv) {
                         << cores << " or fewer for timings)";
     }
   }
-  std::optional<v1::DevicePeaks> peaks;
-  if (measure_devices && cpu_devices > 0) {
-    absl::StatusOr<v1::DevicePeaks> measured =
-        MeasureCpuDevicesMedian(rank_program, supervisor_env, *rank_identity, absl::Seconds(60));
-    if (measured.ok()) {
-      peaks = *std::move(measured);
-      LOOM_LOG(INFO) << "measured the CPU devices in " << peaks->measure_seconds() << " s";
-    } else {
-      LOOM_LOG(WARNING) << "CPU devices not measured (the planner uses its catalog): "
-                        << measured.status().message();
-    }
-  }
-  // The worker above its ranks (agent_priority.h), once the devices are measured at the
-  // ranks' priority: the threads running now change with it, and later ones inherit it.
-  const AgentPriority priority = RaiseAgentPriority(raise_priority);
-  LOOM_LOG(INFO) << priority.note;
-  sup.rank_nice = priority.rank_nice;
   Supervisor supervisor(std::move(sup), &buffer);
   if (absl::Status st = supervisor.Start(); !st.ok()) {
     LOOM_LOG(ERROR) << st.message();
@@ -361,6 +336,18 @@ int main(int argc, char** argv) {
   v1::RegisterNodeRequest& reg = session_options.registration;
   reg.set_node_id(name);
   reg.set_hostname(hostname);
+  std::optional<v1::DevicePeaks> peaks;
+  if (measure_devices && cpu_devices > 0) {
+    absl::StatusOr<v1::DevicePeaks> measured =
+        MeasureCpuDevicesMedian(rank_program, supervisor_env, *rank_identity, absl::Seconds(60));
+    if (measured.ok()) {
+      peaks = *std::move(measured);
+      LOOM_LOG(INFO) << "measured the CPU devices in " << peaks->measure_seconds() << " s";
+    } else {
+      LOOM_LOG(WARNING) << "CPU devices not measured (the planner uses its catalog): "
+                        << measured.status().message();
+    }
+  }
   for (const v1::Device& d : devices) {
     v1::Device* added = reg.add_devices();
     *added = d;
