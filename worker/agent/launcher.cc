@@ -60,11 +60,10 @@ struct ChildContext {
 // The child, from the clone to the exec. It runs in the worker's address space (CLONE_VM) on
 // its own stack while the cloning thread waits (CLONE_VFORK), so it must not write any memory
 // the worker uses but its error report: no allocation, no locks, nothing but system calls on the
-// prepared data. The
-// credential changes are raw system calls because glibc's setuid/setgid/setgroups would signal
-// every thread on the worker's thread list (they apply the change process-wide), which is
-// shared memory here. Signals are blocked from before the clone until the dispositions are
-// reset, so no worker handler can run on this stack.
+// prepared data. The credential changes are raw system calls because glibc's
+// setuid/setgid/setgroups would signal every thread on the worker's thread list (they apply the
+// change process-wide), which is shared memory here. Signals are blocked from before the clone
+// until the dispositions are reset, so no worker handler can run on this stack.
 int ChildMain(void* arg) {
   const ChildContext& c = *static_cast<const ChildContext*>(arg);
   const LaunchRequest& request = *c.request;
