@@ -18,12 +18,15 @@
 
 namespace {
 
-// NaN is the one JSON value (here: a YAML .nan) not equal to itself.
-bool HasNan(const nlohmann::json& j) {
-  if (j.is_number_float()) return std::isnan(j.get<double>());
+// Whether the value holds a number JSON text cannot carry, which the round trip below (through
+// json.dump()) cannot keep: NaN (a YAML .nan; also the one value not equal to itself), and an
+// infinity (a YAML .inf, or a float too large for a double such as 3.0e400), which nlohmann's
+// dump writes as null.
+bool HasNonFinite(const nlohmann::json& j) {
+  if (j.is_number_float()) return !std::isfinite(j.get<double>());
   if (j.is_structured()) {
     for (const auto& item : j) {
-      if (HasNan(item)) return true;
+      if (HasNonFinite(item)) return true;
     }
   }
   return false;
@@ -84,7 +87,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::StatusOr<YAML::Node> node = loom::ParseYamlDocument(text, "fuzz.yaml");
   if (!node.ok()) return 0;
   const nlohmann::json json = loom::YamlToJson(*node);
-  if (HasNan(json)) return 0;
+  if (HasNonFinite(json)) return 0;
   std::string dumped;
   try {
     dumped = json.dump();
