@@ -10,8 +10,8 @@
 // too (glibc's static dl_iterate_phdr reports the program's own headers), and with
 // --wrap=__register_frame_info / --wrap=__deregister_frame_info, which send crtbeginT.o's two
 // calls here, where they do nothing. The unwinder then finds loomctl's frames through the header
-// alone. tests/client/loomctl_initializers_test.py throws an exception in the linked loomctl
-// (a bad flag) to check that unwinding still works.
+// alone. tests/client/loomctl_initializers_test.py throws exceptions in the linked loomctl
+// (--help, a bad flag, a YAML syntax error) to check that unwinding still works.
 //
 // In a dynamically linked loomctl these functions are never called (nothing is wrapped).
 extern "C" {

@@ -110,8 +110,8 @@ lazy_protobuf_archive() {
 #
 # Why: libcrypto's x86_64cpuid.o puts `call OPENSSL_cpuid_setup` into the .init section, so every
 # program linked with it runs OpenSSL's CPUID probe before main, TLS or not. In a virtual machine
-# each CPUID instruction traps to the hypervisor (5-8 us each on this project's VMs): about 2.5 %
-# of a plaintext `loomctl` call's samples were OPENSSL_ia32_cpuid. OpenSSL 3 runs the same probe
+# each CPUID instruction traps to the hypervisor (4.5-8 us each on this project's VMs): 2.4 % of
+# a plaintext `loomctl` call's samples in a storm were OPENSSL_ia32_cpuid. OpenSSL 3 runs the same probe
 # in OPENSSL_init_crypto (ossl_init_base), which every TLS path calls before any cipher, so
 # without the .init entry the probe happens exactly when TLS is used. (A libcrypto function
 # called before any initialisation would see no CPU features and take its portable code path:

@@ -20,7 +20,7 @@
 namespace loom::rpc {
 namespace {
 
-// Bounds on the synchronous server's waiting threads (see BuildAndStart's comment).
+// Bounds on the synchronous server's waiting threads (see their use in LoomdServer::Start).
 constexpr int kSyncMinPollers = 4;
 constexpr int kSyncMaxPollers = 64;
 
@@ -181,10 +181,11 @@ absl::StatusOr<std::unique_ptr<LoomdServer>> LoomdServer::Start(const LoomdConfi
   // MIN_POLLERS and MAX_POLLERS threads waiting for calls. Its defaults (1 and 2) make a thread
   // that finished a call exit whenever two others are already waiting, and a new one start when
   // a call leaves fewer than one waiting: under 32 concurrent CLI submits that was 644 thread
-  // creations and exits per 1,024 CreateJobs (a clone, a stack mapped and unmapped, a malloc
-  // arena given back: about a tenth of loomd's CPU). With these bounds the storm created 31
-  // threads and ended none. Idle threads beyond the bound still exit, so a burst never leaves
-  // more than kSyncMaxPollers behind (the streams run on the callback API and use none).
+  // creations and exits per 1,024 CreateJobs (each a clone, a stack mapped and unmapped, a
+  // malloc arena given back). With these bounds the storm created 31 threads and ended none,
+  // and loomd's CPU per submit fell about 6 % (docs/benchmarks.md, 2026-12-07). Idle threads beyond
+  // the bound still exit, so a burst never leaves more than kSyncMaxPollers behind (the streams run
+  // on the callback API and use none).
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, kSyncMinPollers);
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, kSyncMaxPollers);
   builder.RegisterService(s->job_service_.get());

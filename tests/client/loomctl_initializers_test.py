@@ -63,23 +63,19 @@ def symbols_by_address(data, sections, headers):
     return names
 
 
-def program_interpreter(data):
-    """The PT_INTERP path of an ELF64 executable, or None for a static one."""
+PT_INTERP, PT_GNU_EH_FRAME = 3, 0x6474E550
+
+
+def program_headers(data):
+    """{p_type: (p_offset, p_filesz)} of an ELF64 executable's program headers."""
     phoff, = struct.unpack_from("<Q", data, 0x20)
     phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+    headers = {}
     for i in range(phnum):
         p_type, _flags, p_offset, _vaddr, _paddr, p_filesz = struct.unpack_from(
             "<IIQQQQ", data, phoff + i * phentsize)
-        if p_type == 3:  # PT_INTERP
-            return data[p_offset:p_offset + p_filesz].rstrip(b"\0").decode(errors="replace")
-    return None
-
-
-def has_eh_frame_header(data):
-    phoff, = struct.unpack_from("<Q", data, 0x20)
-    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
-    return any(struct.unpack_from("<I", data, phoff + i * phentsize)[0] == 0x6474E550
-               for i in range(phnum))  # PT_GNU_EH_FRAME
+        headers.setdefault(p_type, (p_offset, p_filesz))
+    return headers
 
 
 def init_calls(data, sections):
@@ -117,8 +113,10 @@ def main():
               "(the symbol lookup or the link changed); the check above proves nothing")
         failed = True
 
-    interpreter = program_interpreter(data)
-    if interpreter is not None:
+    segments = program_headers(data)
+    if PT_INTERP in segments:
+        offset, size = segments[PT_INTERP]
+        interpreter = data[offset:offset + size].rstrip(b"\0").decode(errors="replace")
         print(f"FAIL: loomctl is linked dynamically (interpreter {interpreter}): static_link.sh "
               "fell back to a shared glibc; its warning in the build output says why")
         failed = True
@@ -131,7 +129,7 @@ def main():
         print("FAIL: loomctl's .init still calls OPENSSL_cpuid_setup (a CPUID probe before main)")
         failed = True
 
-    if not has_eh_frame_header(data):
+    if PT_GNU_EH_FRAME not in segments:
         print("FAIL: loomctl has no PT_GNU_EH_FRAME header: with the frame registry bypassed, "
               "no exception could be unwound")
         failed = True
