@@ -438,6 +438,10 @@ class JobManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleRankStatusLocked(const std::string& node, const v1::RankStatus& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // HandleRankStatusLocked, and whether the status made its gang leave its devices (so that a
+  // scheduling pass may place a queued job). Requires mu_.
+  bool HandleRankStatusFreesLocked(const std::string& node, const v1::RankStatus& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleStepLocked(const std::string& node, const v1::StepReport& report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs the doctor's rules over the job's window when rank 0 has moved kDoctorWindowSteps

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/rank_status_batch.h"
 #include "common/status_macros.h"
 #include "server/jobs/checkpoint_placement.h"
 #include "server/jobs/job_manager.h"
@@ -62,6 +63,7 @@ absl::StatusOr<v1::RegisterNodeResponse> JobManager::RegisterNode(
   }
   response.set_heartbeat_interval_ms(
       static_cast<int32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
+  response.set_accepts_rank_status_batches(true);
   return response;
 }
 
@@ -196,14 +198,26 @@ absl::Status JobManager::HandleWorkerMessage(std::string_view node_id, uint64_t 
       case v1::WorkerMessage::kHeartbeat:
       case v1::WorkerMessage::kLogs:
         break;
-      case v1::WorkerMessage::kRankStatus: {
+      case v1::WorkerMessage::kRankStatus:
         // Only a gang that leaves its devices (it ended, failed or went back to the queue) can
         // make a queued job placeable. A rank's RUNNING report, or one exit of several, frees
         // nothing, and a scheduling pass walks the whole queue: a gang of N ranks reports 2N
         // times. (The tick schedules too, whatever happened.)
-        const bool held = HoldsDevicesLocked(message.rank_status().job());
-        HandleRankStatusLocked(node_name, message.rank_status());
-        if (held && !HoldsDevicesLocked(message.rank_status().job())) ScheduleLocked();
+        if (HandleRankStatusFreesLocked(node_name, message.rank_status())) ScheduleLocked();
+        break;
+      case v1::WorkerMessage::kRankStatuses: {
+        const auto& statuses = message.rank_statuses().statuses();
+        if (statuses.size() > kMaxRankStatusesPerBatch) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "rank_statuses.statuses has ", statuses.size(), " entries; at most ",
+              kMaxRankStatusesPerBatch, " per message (send the rest in further messages)"));
+        }
+        // As if sent one by one, with one scheduling pass for whatever they freed together.
+        bool freed = false;
+        for (const v1::RankStatus& status : statuses) {
+          freed = HandleRankStatusFreesLocked(node_name, status) || freed;
+        }
+        if (freed) ScheduleLocked();
         break;
       }
       case v1::WorkerMessage::kStep:
@@ -222,7 +236,7 @@ absl::Status JobManager::HandleWorkerMessage(std::string_view node_id, uint64_t 
             "hello may only be the first message of a session; open a new session instead");
       case v1::WorkerMessage::MSG_NOT_SET:
         return absl::InvalidArgumentError(
-            "msg is empty; send one of heartbeat, rank_status, step or logs");
+            "msg is empty; send one of heartbeat, rank_status, rank_statuses, step or logs");
     }
     // Whatever the message ended (a gang's success commits kWithNextSync), on disk and told
     // before the lock is released: synced by the next gang's placement above, or here.
@@ -273,6 +287,13 @@ void JobManager::MaybeMarkRunningLocked(ActiveJob& active) {
     return;
   }
   active.last_progress = clock_->Now();  // the start-up allowance counts from here
+}
+
+bool JobManager::HandleRankStatusFreesLocked(const std::string& node,
+                                             const v1::RankStatus& status) {
+  const bool held = HoldsDevicesLocked(status.job());
+  HandleRankStatusLocked(node, status);
+  return held && !HoldsDevicesLocked(status.job());
 }
 
 void JobManager::HandleRankStatusLocked(const std::string& node, const v1::RankStatus& status) {

@@ -49,6 +49,13 @@ def rank(r, phase, extra=""):
     return f'rank_status {{ job: "$" generation: 1 rank: {r} phase: {phase} {extra} }}'
 
 
+def batch(*statuses):
+    """One rank_statuses message; each status as (rank, phase, extra)."""
+    inner = " ".join(f'statuses {{ job: "$" generation: 1 rank: {r} phase: {phase} {extra} }}'
+                     for r, phase, extra in statuses)
+    return f"rank_statuses {{ {inner} }}"
+
+
 def step(r, s):
     return (f'step {{ job: "$" generation: 1 rank: {r} step: {s} total_steps: 10 loss: 3.5 '
             f'tokens_per_second: 1000 lr: 0.0006 step_seconds: 0.5 }}')
@@ -70,6 +77,11 @@ SEEDS = {
                                      'lines: "hello" lines: "world" }'),
                            (MESSAGE, "heartbeat { time { seconds: 1700000001 } }"),
                            (TICK, 11000)],
+    "batched-run-and-succeed": [
+        (MESSAGE, batch((0, "RANK_PHASE_RUNNING", ""), (1, "RANK_PHASE_RUNNING", ""))),
+        (MESSAGE, step(0, 5)),
+        (MESSAGE, batch((0, "RANK_PHASE_EXITED", "exit_class: EXIT_CLASS_SUCCESS"),
+                        (1, "RANK_PHASE_EXITED", "exit_class: EXIT_CLASS_SUCCESS")))],
     "second-node": [(REGISTER, 'node_id: "n2" hostname: "n2.local" devices { kind: DEVICE_KIND_GPU '
                                'index: 0 model: "H100" memory_bytes: 85899345920 }'),
                     (HELLO, 'node_id: "n2"'),

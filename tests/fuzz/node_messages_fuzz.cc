@@ -6,8 +6,8 @@
 // an open session and one SCHEDULED two-rank job on it, so fuzzed reports reach a live gang.
 // The rest of the input is a script: an operation byte, then a protobuf message in wire bytes
 // (FuzzedDataProvider's length-delimited strings). In a worker message, a job name "$" (in
-// rank_status, step, logs or hello.running) is replaced by the live job's name, so the
-// fuzzer need not guess it. Contract (job_manager.h): never a crash on any input, and the
+// rank_status, rank_statuses, step, logs or hello.running) is replaced by the live job's name, so
+// the fuzzer need not guess it. Contract (job_manager.h): never a crash on any input, and the
 // manager still answers GetJob, ListJobs and ListNodes afterwards.
 #include <fuzzer/FuzzedDataProvider.h>
 
@@ -44,6 +44,9 @@ void NameJob(std::string* job, const std::string& live) {
 // Replaces the placeholder job name "$" by the live job's.
 void Bind(loom::v1::WorkerMessage* m, const std::string& live) {
   if (m->has_rank_status()) NameJob(m->mutable_rank_status()->mutable_job(), live);
+  if (m->has_rank_statuses()) {
+    for (auto& s : *m->mutable_rank_statuses()->mutable_statuses()) NameJob(s.mutable_job(), live);
+  }
   if (m->has_step()) NameJob(m->mutable_step()->mutable_job(), live);
   if (m->has_logs()) NameJob(m->mutable_logs()->mutable_job(), live);
   if (m->has_hello()) {

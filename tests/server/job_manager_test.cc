@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/metrics.h"
+#include "common/rank_status_batch.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/jobs/default_spec_validator.h"
@@ -263,6 +264,70 @@ TEST_F(JobManagerTest, AGangsEndAndTheNextPlacementShareOneSync) {
   EXPECT_EQ(placed->state(), v1::SCHEDULED);
   EXPECT_EQ(Get(first).state(), v1::SUCCEEDED);
   EXPECT_EQ(sink->TakeAssignments().size(), 1u);
+}
+
+v1::WorkerMessage Batch(std::initializer_list<v1::WorkerMessage> singles) {
+  v1::WorkerMessage batch;
+  for (const v1::WorkerMessage& m : singles) {
+    *batch.mutable_rank_statuses()->add_statuses() = m.rank_status();
+  }
+  return batch;
+}
+
+// A worker's batch of statuses (a gang's start, its end) does what the statuses sent one by one
+// do, with one scheduling pass; RegisterNode tells workers that loomd reads batches; an
+// oversized batch is refused whole, naming the field.
+TEST_F(JobManagerTest, ABatchOfRankStatusesActsAsTheStatusesSentOneByOne) {
+  absl::StatusOr<v1::RegisterNodeResponse> registered = manager_->RegisterNode(CpuNode("n1", 2));
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  EXPECT_TRUE(registered->accepts_rank_status_batches());
+  auto sink = Reconnect("n1");
+  const std::string first = CreateScheduled(CpuSpec(2), *sink);
+  absl::StatusOr<v1::Job> second = manager_->CreateJob(CreateRequest(CpuSpec(2)));
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_EQ(second->state(), v1::QUEUED);
+
+  Send("n1", Batch({RankPhase(first, 1, 0, v1::RANK_PHASE_RUNNING),
+                    RankPhase(first, 1, 1, v1::RANK_PHASE_RUNNING)}));
+  EXPECT_EQ(Get(first).state(), v1::RUNNING);
+  const size_t before = recording_->updates().size();
+  Send("n1", Batch({RankExit(first, 1, 0, v1::EXIT_CLASS_SUCCESS),
+                    RankExit(first, 1, 1, v1::EXIT_CLASS_SUCCESS)}));
+  EXPECT_EQ(Get(first).state(), v1::SUCCEEDED);
+  EXPECT_EQ(Get(second->name()).state(), v1::SCHEDULED);
+  EXPECT_EQ(sink->TakeAssignments().size(), 1u);
+  std::vector<std::string> seen;
+  for (size_t i = before; i < recording_->updates().size(); ++i) {
+    const RecordingStore::Update& u = recording_->updates()[i];
+    seen.push_back(
+        absl::StrCat(v1::JobState_Name(u.state),
+                     u.durability == store::Durability::kSynced ? " synced" : " deferred"));
+  }
+  EXPECT_THAT(seen, ElementsAre("SUCCEEDED deferred", "SCHEDULED synced"));
+
+  // A start and an end in one message: in order, RUNNING then SUCCEEDED.
+  Send("n1", Batch({RankPhase(second->name(), 1, 0, v1::RANK_PHASE_RUNNING),
+                    RankPhase(second->name(), 1, 1, v1::RANK_PHASE_RUNNING),
+                    RankExit(second->name(), 1, 0, v1::EXIT_CLASS_SUCCESS),
+                    RankExit(second->name(), 1, 1, v1::EXIT_CLASS_SUCCESS)}));
+  const v1::Job done = Get(second->name());
+  EXPECT_EQ(done.state(), v1::SUCCEEDED);
+  std::vector<std::string> states;
+  for (const v1::JobEvent& e : done.events()) states.push_back(v1::JobState_Name(e.to_state()));
+  EXPECT_THAT(states, ElementsAre("QUEUED", "SCHEDULED", "RUNNING", "SUCCEEDED"));
+
+  // Too many statuses: refused whole, before any is applied.
+  const std::string third = CreateScheduled(CpuSpec(2), *sink);
+  v1::WorkerMessage huge = Batch({RankExit(third, 1, 0, v1::EXIT_CLASS_PERMANENT)});
+  for (int i = 0; i < kMaxRankStatusesPerBatch; ++i) {
+    *huge.mutable_rank_statuses()->add_statuses() =
+        RankPhase(third, 1, 1, v1::RANK_PHASE_RUNNING).rank_status();
+  }
+  absl::Status refused = manager_->HandleWorkerMessage("n1", sessions_["n1"], huge);
+  EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("rank_statuses.statuses"));
+  EXPECT_EQ(Get(third).state(), v1::SCHEDULED);
+  for (const v1::CoordinatorMessage& m : sink->Take()) EXPECT_FALSE(m.has_cancel());
 }
 
 // A queued job waiting behind another tenant's gang is told so without that job's name; behind

@@ -24,12 +24,16 @@ namespace loom::worker::testing {
 
 class FakeNodeService final : public v1::NodeService::Service {
  public:
+  // What RegisterNode answers in accepts_rank_status_batches: false plays an older loomd.
+  std::atomic<bool> accept_batches{false};
+
   grpc::Status RegisterNode(grpc::ServerContext*, const v1::RegisterNodeRequest* request,
                             v1::RegisterNodeResponse* response) override {
     std::lock_guard<std::mutex> lock(mu_);
     registrations_.push_back(*request);
     response->mutable_node()->set_name("nodes/" + request->node_id());
     response->set_heartbeat_interval_ms(100);
+    response->set_accepts_rank_status_batches(accept_batches.load());
     cv_.notify_all();
     return grpc::Status::OK;
   }
@@ -117,13 +121,17 @@ inline int CountKind(const std::vector<v1::WorkerMessage>& ms, v1::WorkerMessage
   return n;
 }
 
+// The first status of (job, phase[, rank]), sent alone or in a batch.
 inline const v1::RankStatus* FindStatus(const std::vector<v1::WorkerMessage>& ms,
                                         const std::string& job, v1::RankPhase phase,
                                         int rank = -1) {
+  auto matches = [&](const v1::RankStatus& s) {
+    return s.job() == job && s.phase() == phase && (rank < 0 || s.rank() == rank);
+  };
   for (const auto& m : ms) {
-    if (m.has_rank_status() && m.rank_status().job() == job &&
-        m.rank_status().phase() == phase && (rank < 0 || m.rank_status().rank() == rank)) {
-      return &m.rank_status();
+    if (m.has_rank_status() && matches(m.rank_status())) return &m.rank_status();
+    for (const v1::RankStatus& s : m.rank_statuses().statuses()) {
+      if (matches(s)) return &s;
     }
   }
   return nullptr;

@@ -105,6 +105,74 @@ TEST(OutboundBufferTest, RequeuesSentExitsAfterAReconnect) {
   EXPECT_FALSE(b.Pop(absl::Now()).has_value());
 }
 
+// The ranks of a message's statuses, "3" for a single one, "0 1 2" for a batch, or its kind.
+std::string Ranks(const v1::WorkerMessage& m) {
+  if (m.has_rank_status()) return std::to_string(m.rank_status().rank());
+  if (m.has_rank_statuses()) {
+    std::string out;
+    for (const v1::RankStatus& s : m.rank_statuses().statuses()) {
+      out += (out.empty() ? "" : " ") + std::to_string(s.rank());
+    }
+    return out;
+  }
+  if (m.has_logs()) return "logs";
+  if (m.has_stack_dump()) return "dump";
+  return "other";
+}
+
+TEST(OutboundBufferTest, BatchesStatusesQueuedTogetherWithoutReorderingOtherKinds) {
+  OutboundBuffer b;
+  b.OnRankStatuses({Status(0, v1::RANK_PHASE_RUNNING), Status(1, v1::RANK_PHASE_RUNNING),
+                    Status(2, v1::RANK_PHASE_RUNNING)});
+  b.OnLogChunk(Logs(0, 1));
+  b.OnRankStatus(Status(3, v1::RANK_PHASE_RUNNING));
+  b.OnRankStatus(Status(4, v1::RANK_PHASE_RUNNING));
+  b.OnStackDump(v1::StackDump());  // queued with the statuses, but not a status
+  b.OnRankStatus(Status(5, v1::RANK_PHASE_EXITED));
+  std::vector<std::string> popped;
+  while (auto m = b.Pop(absl::Now(), nullptr, nullptr, /*max_batch=*/16)) {
+    popped.push_back(Ranks(*m));
+    b.MarkSent(*m);
+  }
+  EXPECT_EQ(popped, (std::vector<std::string>{"0 1 2", "logs", "3 4", "dump", "5"}));
+  EXPECT_TRUE(b.WaitDrained(absl::Now()));
+
+  // At most max_batch statuses per message; without a bound, one status per message as before.
+  for (int rank = 0; rank < 5; ++rank) b.OnRankStatus(Status(rank, v1::RANK_PHASE_RUNNING));
+  popped.clear();
+  while (auto m = b.Pop(absl::Now(), nullptr, nullptr, /*max_batch=*/2)) {
+    popped.push_back(Ranks(*m));
+    b.MarkSent(*m);
+  }
+  EXPECT_EQ(popped, (std::vector<std::string>{"0 1", "2 3", "4"}));
+  b.OnRankStatuses({Status(0, v1::RANK_PHASE_RUNNING), Status(1, v1::RANK_PHASE_RUNNING)});
+  EXPECT_EQ(PopNow(b).rank_status().rank(), 0);
+  EXPECT_EQ(PopNow(b).rank_status().rank(), 1);
+}
+
+TEST(OutboundBufferTest, ABatchIsInFlightUntilSentAndComesBackAsSingleStatuses) {
+  OutboundBuffer b;
+  b.OnRankStatuses({Status(0, v1::RANK_PHASE_EXITED), Status(1, v1::RANK_PHASE_EXITED),
+                    Status(2, v1::RANK_PHASE_RUNNING)});
+  auto batch = b.Pop(absl::Now(), nullptr, nullptr, 16);
+  ASSERT_TRUE(batch.has_value());
+  ASSERT_EQ(batch->rank_statuses().statuses_size(), 3);
+  EXPECT_FALSE(b.WaitDrained(absl::Now()));  // three statuses in flight
+  b.Unpop(*batch);                           // the write failed
+  EXPECT_EQ(b.size(), 3u);
+  EXPECT_EQ(PopNow(b).rank_status().rank(), 0);  // single again, in their order
+  EXPECT_EQ(PopNow(b).rank_status().rank(), 1);
+  b.OnRankStatus(Status(3, v1::RANK_PHASE_EXITED));
+  batch = b.Pop(absl::Now(), nullptr, nullptr, 16);
+  ASSERT_TRUE(batch.has_value());
+  EXPECT_EQ(Ranks(*batch), "2 3");
+  b.MarkSent(*batch);
+  EXPECT_TRUE(b.WaitDrained(absl::Now()));
+  // The exits written in the batch are remembered like single ones: 0, 1 (single), then 3.
+  b.RequeueSentExits();
+  EXPECT_EQ(Ranks(*b.Pop(absl::Now(), nullptr, nullptr, 16)), "0 1 3");
+}
+
 TEST(OutboundBufferTest, PopWakesForNewMessagesAndCancel) {
   OutboundBuffer b;
   std::thread producer([&] {

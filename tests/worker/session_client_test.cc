@@ -4,17 +4,18 @@
 // while disconnected delivered afterwards.
 #include "worker/agent/session_client.h"
 
-#include <filesystem>
+#include <grpcpp/grpcpp.h>
 #include <stdlib.h>
 
-#include <grpcpp/grpcpp.h>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "worker/agent/node_identity.h"
 #include "tests/worker/fake_node_service.h"
+#include "worker/agent/node_identity.h"
 #include "worker/agent/supervisor.h"
 
 namespace loom::worker {
@@ -149,6 +150,96 @@ TEST(SessionClientTest, RegistersRunsAssignmentsAndReconnects) {
   session.Stop(absl::Seconds(2));
   server2->Stop();
   std::filesystem::remove_all(dir);
+}
+
+v1::RankStatus Status(int rank, v1::RankPhase phase) {
+  v1::RankStatus s;
+  s.set_job("jobs/burst");
+  s.set_generation(1);
+  s.set_rank(rank);
+  s.set_phase(phase);
+  return s;
+}
+
+std::vector<v1::RankStatus> Statuses(v1::RankPhase phase) {
+  std::vector<v1::RankStatus> statuses;
+  for (int rank = 0; rank < 4; ++rank) statuses.push_back(Status(rank, phase));
+  return statuses;
+}
+
+// "R0 R1 | logs | ..." for the messages after hello, heartbeats left out: a batch is the ranks
+// of its statuses joined by spaces, a single status "rank N", with R or X for the phase.
+std::string Shape(const std::vector<v1::WorkerMessage>& received) {
+  auto name = [](const v1::RankStatus& s) {
+    return absl::StrCat(s.phase() == v1::RANK_PHASE_EXITED ? "X" : "R", s.rank());
+  };
+  std::vector<std::string> parts;
+  for (const v1::WorkerMessage& m : received) {
+    if (m.has_rank_status()) parts.push_back("rank " + name(m.rank_status()));
+    if (m.has_logs()) parts.push_back("logs");
+    if (m.has_rank_statuses()) {
+      std::vector<std::string> names;
+      for (const v1::RankStatus& s : m.rank_statuses().statuses()) names.push_back(name(s));
+      parts.push_back(absl::StrJoin(names, " "));
+    }
+  }
+  return absl::StrJoin(parts, " | ");
+}
+
+int CountStatuses(const std::vector<v1::WorkerMessage>& received) {
+  int n = 0;
+  for (const v1::WorkerMessage& m : received) {
+    n += m.has_rank_status() + m.rank_statuses().statuses_size();
+  }
+  return n;
+}
+
+TEST(SessionClientTest, SendsABurstOfStatusesAsOneMessageOnlyToALoomdThatReadsThem) {
+  for (const bool batches : {true, false}) {
+    SCOPED_TRACE(batches ? "loomd reads batches" : "an older loomd");
+    auto server = std::make_unique<FakeServer>();
+    server->service.accept_batches.store(batches);
+    ASSERT_TRUE(server->Start(0));
+    const int port = server->port;
+
+    // Queued before the session opens: a gang's start, its logs, its end.
+    OutboundBuffer buffer;
+    buffer.OnRankStatuses(Statuses(v1::RANK_PHASE_RUNNING));
+    v1::LogChunk logs;
+    logs.set_job("jobs/burst");
+    logs.add_lines("hello");
+    buffer.OnLogChunk(logs);
+    buffer.OnRankStatuses(Statuses(v1::RANK_PHASE_EXITED));
+
+    SessionOptions options;
+    options.coordinator = absl::StrCat("127.0.0.1:", port);
+    options.registration.set_node_id("burst-node");
+    options.backoff_initial = absl::Milliseconds(20);
+    options.backoff_max = absl::Milliseconds(100);
+    SessionClient session(options, &buffer, {});
+    session.Start();
+    ASSERT_TRUE(server->service.WaitFor(
+        [](const auto&, const auto& received) { return CountStatuses(received) == 8; }));
+    EXPECT_EQ(Shape(server->service.Received()),
+              batches ? "R0 R1 R2 R3 | logs | X0 X1 X2 X3"
+                      : "rank R0 | rank R1 | rank R2 | rank R3 | logs | rank X0 | rank X1 | "
+                        "rank X2 | rank X3");
+    EXPECT_TRUE(buffer.WaitDrained(absl::Now() + absl::Seconds(5)));
+
+    // loomd restarts, now reading batches: the exits written on the old stream are sent again
+    // (they may not have been read), together.
+    server->Stop();
+    ASSERT_TRUE(
+        server->service.WaitFor([&](const auto&, const auto&) { return !session.connected(); }));
+    auto again = std::make_unique<FakeServer>();
+    again->service.accept_batches.store(true);
+    ASSERT_TRUE(again->Start(port));
+    ASSERT_TRUE(again->service.WaitFor(
+        [](const auto&, const auto& received) { return CountStatuses(received) == 4; }));
+    EXPECT_EQ(Shape(again->service.Received()), "X0 X1 X2 X3");
+    session.Stop(absl::Seconds(2));
+    again->Stop();
+  }
 }
 
 TEST(SessionClientTest, KeepsRetryingWhileLoomdIsDown) {

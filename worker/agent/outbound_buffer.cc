@@ -1,6 +1,8 @@
 #include "worker/agent/outbound_buffer.h"
 
+#include <algorithm>
 #include <chrono>
+#include <limits>
 #include <utility>
 
 #include "absl/time/clock.h"
@@ -13,6 +15,19 @@ void OutboundBuffer::OnRankStatus(const loom::v1::RankStatus& status) {
   loom::v1::WorkerMessage m;
   *m.mutable_rank_status() = status;
   Push(std::move(m));
+}
+
+void OutboundBuffer::OnRankStatuses(std::vector<loom::v1::RankStatus> statuses) {
+  if (statuses.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (loom::v1::RankStatus& status : statuses) {
+      loom::v1::WorkerMessage m;
+      *m.mutable_rank_status() = std::move(status);
+      PushLocked(std::move(m), /*front=*/false);
+    }
+  }
+  cv_.notify_all();
 }
 
 void OutboundBuffer::OnStepReport(const loom::v1::StepReport& report) {
@@ -68,7 +83,7 @@ void OutboundBuffer::PushLocked(loom::v1::WorkerMessage message, bool front) {
 
 std::optional<loom::v1::WorkerMessage> OutboundBuffer::Pop(absl::Time deadline,
                                                            const std::atomic<bool>* cancel,
-                                                           bool* more) {
+                                                           bool* more, int max_batch) {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     std::deque<Entry>* best = nullptr;
@@ -80,6 +95,25 @@ std::optional<loom::v1::WorkerMessage> OutboundBuffer::Pop(absl::Time deadline,
       best->pop_front();
       if (best == &logs_) log_bytes_ -= m.ByteSizeLong();
       ++in_flight_;
+      if (m.has_rank_status() && max_batch > 1) {
+        // The statuses queue also holds stack dumps; a step or log chunk queued in between (a
+        // smaller sequence number) ends the run, so the overall order is kept.
+        int64_t limit = std::numeric_limits<int64_t>::max();
+        if (!steps_.empty()) limit = std::min(limit, steps_.front().seq);
+        if (!logs_.empty()) limit = std::min(limit, logs_.front().seq);
+        loom::v1::WorkerMessage batch;
+        loom::v1::RankStatusBatch* statuses = batch.mutable_rank_statuses();
+        int taken = 1;  // m's
+        while (taken < max_batch && !statuses_.empty() && statuses_.front().seq < limit &&
+               statuses_.front().message.has_rank_status()) {
+          if (taken == 1) *statuses->add_statuses() = std::move(*m.mutable_rank_status());
+          *statuses->add_statuses() = std::move(*statuses_.front().message.mutable_rank_status());
+          statuses_.pop_front();
+          ++in_flight_;
+          ++taken;
+        }
+        if (taken > 1) m = std::move(batch);
+      }
       if (more != nullptr) *more = !statuses_.empty() || !steps_.empty() || !logs_.empty();
       return m;
     }
@@ -93,10 +127,19 @@ std::optional<loom::v1::WorkerMessage> OutboundBuffer::Pop(absl::Time deadline,
 void OutboundBuffer::MarkSent(const loom::v1::WorkerMessage& message) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    --in_flight_;
-    if (message.has_rank_status() && message.rank_status().phase() == loom::v1::RANK_PHASE_EXITED) {
-      sent_exits_.push_back(message.rank_status());
+    auto remember = [this](const loom::v1::RankStatus& status) {
+      if (status.phase() != loom::v1::RANK_PHASE_EXITED) return;
+      sent_exits_.push_back(status);
       while (sent_exits_.size() > limits_.max_resend_exits) sent_exits_.pop_front();
+    };
+    if (message.has_rank_statuses()) {
+      in_flight_ -= message.rank_statuses().statuses_size();
+      for (const loom::v1::RankStatus& status : message.rank_statuses().statuses()) {
+        remember(status);
+      }
+    } else {
+      --in_flight_;
+      if (message.has_rank_status()) remember(message.rank_status());
     }
   }
   cv_.notify_all();
@@ -105,8 +148,19 @@ void OutboundBuffer::MarkSent(const loom::v1::WorkerMessage& message) {
 void OutboundBuffer::Unpop(loom::v1::WorkerMessage message) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    --in_flight_;
-    PushLocked(std::move(message), /*front=*/true);
+    if (message.has_rank_statuses()) {
+      auto* statuses = message.mutable_rank_statuses()->mutable_statuses();
+      in_flight_ -= statuses->size();
+      // Last first onto the front, so they come out in their order.
+      for (int i = statuses->size() - 1; i >= 0; --i) {
+        loom::v1::WorkerMessage single;
+        *single.mutable_rank_status() = std::move(*statuses->Mutable(i));
+        PushLocked(std::move(single), /*front=*/true);
+      }
+    } else {
+      --in_flight_;
+      PushLocked(std::move(message), /*front=*/true);
+    }
   }
   cv_.notify_all();
 }

@@ -19,6 +19,7 @@
 #include <deque>
 #include <mutex>
 #include <optional>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "loom/v1/node.pb.h"
@@ -37,6 +38,8 @@ class OutboundBuffer final : public RankEventSink {
   explicit OutboundBuffer(OutboundLimits limits = {});
 
   void OnRankStatus(const loom::v1::RankStatus& status) override;
+  // Queues them all under one lock, with one wake-up of the writer.
+  void OnRankStatuses(std::vector<loom::v1::RankStatus> statuses) override;
   void OnStepReport(const loom::v1::StepReport& report) override;
   void OnLogChunk(const loom::v1::LogChunk& chunk) override;
   void OnStackDump(const loom::v1::StackDump& dump) override;
@@ -48,12 +51,16 @@ class OutboundBuffer final : public RankEventSink {
   // (then followed by Wake()). The message counts as in flight until MarkSent() or Unpop().
   // When `more` is given, it says whether another message was already queued behind this one
   // (the writer then lets gRPC hold this one back and send both in one write).
+  // With `max_batch` > 1, an oldest message that is a rank status comes out together with the
+  // rank statuses queued right behind it (no other kind between them, at most `max_batch` in
+  // all) as one `rank_statuses` message; a lone status still comes out as `rank_status`.
   std::optional<loom::v1::WorkerMessage> Pop(absl::Time deadline,
                                              const std::atomic<bool>* cancel = nullptr,
-                                             bool* more = nullptr);
+                                             bool* more = nullptr, int max_batch = 1);
   // The popped message was written to the stream.
   void MarkSent(const loom::v1::WorkerMessage& message);
-  // The popped message could not be written: it goes back to the front.
+  // The popped message could not be written: it goes back to the front (a batch as the single
+  // statuses it was made of, so that a later stream may send them either way).
   void Unpop(loom::v1::WorkerMessage message);
   // Puts the EXITED statuses written since the last call back at the front (after a reconnect).
   void RequeueSentExits();

@@ -7,6 +7,7 @@
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
+#include "common/rank_status_batch.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace loom::worker {
@@ -128,6 +129,9 @@ absl::Status SessionClient::RunOnce(bool* established) {
   if (interval <= absl::ZeroDuration()) interval = options_.default_heartbeat;
   interval = std::clamp(interval, absl::Milliseconds(50), absl::Seconds(60));
   heartbeat_ms_.store(absl::ToInt64Milliseconds(interval));
+  // Statuses queued together (a gang's start or end) go up as one message to a loomd that reads
+  // batches; an older loomd gets them one per message.
+  const int max_batch = registered.accepts_rank_status_batches() ? kMaxRankStatusesPerBatch : 1;
   if (registrations_.fetch_add(1) == 0) {
     LOOM_LOG(INFO) << "session: registered as nodes/" << options_.registration.node_id()
                    << " with loomd at " << options_.coordinator << "; heartbeat every "
@@ -193,7 +197,8 @@ absl::Status SessionClient::RunOnce(bool* established) {
   absl::Time next_heartbeat = absl::Now();
   while (!over.load() && !stop_.load()) {
     bool more = false;
-    std::optional<loom::v1::WorkerMessage> m = buffer_->Pop(next_heartbeat, &over, &more);
+    std::optional<loom::v1::WorkerMessage> m =
+        buffer_->Pop(next_heartbeat, &over, &more, max_batch);
     if (m) {
       // A burst (a gang's start: a status per rank) leaves in as few socket writes as gRPC can
       // make of it: a message with another queued behind it is only buffered, and the last one

@@ -2,7 +2,8 @@
 //
 // Up the stream: `hello` first (the node id and every (job, generation, ranks) running now, so a
 // restarted loomd can reconcile), then heartbeats at the interval RegisterNode returned, and the
-// rank statuses, step reports and logs from the OutboundBuffer. Down: `assign` and `cancel`,
+// rank statuses, step reports and logs from the OutboundBuffer (consecutive statuses as one
+// `rank_statuses` message when RegisterNode said loomd reads them). Down: `assign` and `cancel`,
 // handed to the callbacks (the supervisor), which must not block.
 //
 // When loomd goes away the ranks keep running: the client reconnects with capped exponential

@@ -295,6 +295,7 @@ void Supervisor::Loop() {
     }
     const int timeout_ms = static_cast<int>(
         std::clamp<int64_t>(absl::ToInt64Milliseconds(wake_at - now) + 1, 0, 1000));
+    FlushStatuses();  // what the commands above started or stopped, before waiting
     const int ready = ::poll(fds.data(), fds.size(), timeout_ms);
     if (ready < 0 && errno != EINTR) {
       LOOM_LOG(ERROR) << "supervisor: poll: " << ErrnoText(errno);
@@ -354,7 +355,9 @@ void Supervisor::Loop() {
         }
       }
     }
+    FlushStatuses();  // the exits found in this pass, as one burst
   }
+  FlushStatuses();
   PublishView();
   LOOM_LOG(INFO) << "supervisor: every rank has stopped";
 }
@@ -384,7 +387,7 @@ void Supervisor::HandleAssign(loom::v1::Assignment a) {
     if (f.generation == a.generation()) {
       LOOM_LOG(INFO) << "supervisor: " << name << " generation " << a.generation()
                      << " already ran here; re-sending its final statuses";
-      for (const loom::v1::RankStatus& s : f.statuses) sink_->OnRankStatus(s);
+      for (const loom::v1::RankStatus& s : f.statuses) pending_statuses_.push_back(s);
       return;
     }
   }
@@ -438,6 +441,7 @@ void Supervisor::FinishDump(const Job& job, Rank& rank, bool answered) {
     LOOM_LOG(WARNING) << "supervisor: " << d.job() << " rank " << d.rank() << " (pid " << d.pid()
                       << ") did not answer the stack dump; process state " << d.proc_state();
   }
+  FlushStatuses();
   sink_->OnStackDump(d);
 }
 
@@ -691,6 +695,7 @@ void Supervisor::OnLine(Job& job, Rank& rank, int which, std::string line) {
     r.set_job(a.job());
     r.set_generation(a.generation());
     r.set_rank(rank.assignment.rank());
+    FlushStatuses();
     sink_->OnStepReport(r);
     return;
   }
@@ -722,6 +727,7 @@ void Supervisor::FlushLogs(Job& job, Rank& rank, int which) {
   for (std::string& line : rank.batch[which]) chunk.add_lines(std::move(line));
   rank.batch[which].clear();
   rank.batch_bytes[which] = 0;
+  FlushStatuses();
   sink_->OnLogChunk(chunk);
 }
 
@@ -776,13 +782,20 @@ void Supervisor::EmitStatus(const Job& job, const Rank& rank, loom::v1::RankPhas
   s.set_rank(rank.assignment.rank());
   s.set_phase(phase);
   s.set_pid(rank.pid > 0 ? rank.pid : 0);
-  sink_->OnRankStatus(s);
+  pending_statuses_.push_back(std::move(s));
 }
 
 void Supervisor::EmitExit(loom::v1::RankStatus status) {
   const int c = status.exit_class();
   if (c >= 0 && c < 5) exits_[c].fetch_add(1);
-  sink_->OnRankStatus(status);
+  pending_statuses_.push_back(std::move(status));
+}
+
+void Supervisor::FlushStatuses() {
+  if (pending_statuses_.empty()) return;
+  std::vector<loom::v1::RankStatus> statuses;
+  statuses.swap(pending_statuses_);
+  sink_->OnRankStatuses(std::move(statuses));
 }
 
 void Supervisor::FinishJobs() {

@@ -169,8 +169,12 @@ class Supervisor {
   void OnLine(Job& job, Rank& rank, int which, std::string line);
   void FlushLogs(Job& job, Rank& rank, int which);
   void Reap(Job& job, Rank& rank);
+  // Both queue the status in pending_statuses_; FlushStatuses() hands the queue to the sink in
+  // one call. The loop flushes before it waits in poll() and after each pass over the exits,
+  // and before any other sink call, so the sink still sees each rank's events in order.
   void EmitStatus(const Job& job, const Rank& rank, loom::v1::RankPhase phase);
   void EmitExit(loom::v1::RankStatus status);
+  void FlushStatuses();
   void FinishJobs();
   void PublishView();
 
@@ -191,6 +195,7 @@ class Supervisor {
 
   // Loop thread only.
   std::map<std::string, std::unique_ptr<Job>> jobs_;  // by job name; one generation each
+  std::vector<loom::v1::RankStatus> pending_statuses_;  // not yet given to sink_
   std::deque<Finished> finished_;
   bool shutting_down_ = false;
 };
