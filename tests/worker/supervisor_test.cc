@@ -317,6 +317,9 @@ TEST_F(SupervisorTest, StackDumpsAreCapturedAndAStoppedRankIsReported) {
 // the job, and marks it unhealthy when the disk is full).
 TEST_F(SupervisorTest, APrepareFailureIsReportedWithItsError) {
   Supervisor& s = Start("exit 0");
+  // The (empty) jobs directory made at start becomes a file: the spare directory cannot be put
+  // in place either, and the directory made on demand fails with the error reported.
+  std::filesystem::remove(dir_ + "/jobs");
   std::ofstream(dir_ + "/jobs") << "a file where the jobs directory should be";
   s.Assign(Job("prep", 1, 1));
   ASSERT_TRUE(WaitExits("jobs/prep", 1));
@@ -326,6 +329,36 @@ TEST_F(SupervisorTest, APrepareFailureIsReportedWithItsError) {
   EXPECT_EQ(st->exit_class(), v1::EXIT_CLASS_RETRYABLE);
   EXPECT_THAT(st->prepare_error(), HasSubstr("Not a directory (errno 20)"));
   EXPECT_FALSE(st->no_space());
+}
+
+// A gang starts in a directory made ahead of time (job_dir_pool.h), with its spec and its
+// checkpoints/ in it, and the spare used is made again once the gang has ended; the same job's
+// next generation finds its directory in place.
+TEST_F(SupervisorTest, AGangStartsInADirectoryMadeAheadOfTime) {
+  Supervisor& s = Start(R"(test -d "$LOOM_CHECKPOINT_DIR" && grep -q ahead \
+                           "$LOOM_SPEC_FILE" && test "$PWD" = "$LOOM_WORK_DIR")");
+  auto spares = [&] {
+    int n = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir_ + "/spare")) ++n;
+    return n;
+  };
+  EXPECT_EQ(spares(), 2);
+  s.Assign(Job("ahead", 1, 2));
+  ASSERT_TRUE(WaitExits("jobs/ahead", 2));
+  Events e = recorder_.Snapshot();
+  for (int rank : {0, 1})
+    EXPECT_EQ(e.Exit("jobs/ahead", rank)->exit_class(), v1::EXIT_CLASS_SUCCESS);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (spares() < 2 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_EQ(spares(), 2);
+  s.Assign(Job("ahead", 2, 2));
+  ASSERT_TRUE(WaitExits("jobs/ahead", 4));
+  e = recorder_.Snapshot();
+  int succeeded = 0;
+  for (const v1::RankStatus& st : e.statuses) {
+    succeeded += st.phase() == v1::RANK_PHASE_EXITED && st.exit_class() == v1::EXIT_CLASS_SUCCESS;
+  }
+  EXPECT_EQ(succeeded, 4);
 }
 
 TEST_F(SupervisorTest, RankIgnoringSigtermIsKilledAfterTheGrace) {

@@ -142,7 +142,9 @@ struct Supervisor::Finished {
 };
 
 Supervisor::Supervisor(SupervisorOptions options, RankEventSink* sink)
-    : options_(std::move(options)), sink_(sink) {}
+    : options_(std::move(options)),
+      sink_(sink),
+      dir_pool_(options_.work_dir, options_.spare_job_dirs) {}
 
 Supervisor::~Supervisor() {
   Shutdown();
@@ -161,6 +163,10 @@ absl::Status Supervisor::Start() {
   // Helpers for the launches: a core each, up to one per rank of an 8-GPU node.
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
   pool_ = std::make_unique<LaunchPool>(std::clamp(cores - 1, 0, 7));
+  if (absl::Status pool = dir_pool_.Init(); !pool.ok()) {
+    LOOM_LOG(WARNING) << "supervisor: no job directories made ahead of time: " << pool;
+  }
+  for (int i = 0; i < options_.spare_job_dirs; ++i) dir_pool_.Refill();
   thread_ = std::thread([this] { Loop(); });
   return absl::OkStatus();
 }
@@ -356,6 +362,9 @@ void Supervisor::Loop() {
       }
     }
     FlushStatuses();  // the exits found in this pass, as one burst
+    // With no rank alive, a gang has just ended and loomd is placing the next one: the time to
+    // make its directory ahead. With ranks alive, only when none is ready.
+    if (running_ranks_.load() == 0 || dir_pool_.ready() == 0) dir_pool_.Refill();
   }
   FlushStatuses();
   PublishView();
@@ -527,17 +536,21 @@ void Supervisor::LaunchJob(loom::v1::Assignment a) {
   const std::string spec_json = MessageToJson(spec);
   absl::Status prepared = absl::OkStatus();
   int prepare_errno = 0;
-  std::error_code ec;
-  for (const std::string& dir : {paths.work_dir, paths.checkpoint_dir}) {
-    if (!prepared.ok()) break;
-    std::filesystem::create_directories(dir, ec);
-    if (ec) {
-      prepare_errno = ec.value();
-      prepared = absl::InternalError(
-          absl::StrCat("mkdir ", dir, ": ", ec.message(), " (errno ", ec.value(), ")"));
+  // A spare holds the default checkpoints/ only; a job with its own checkpoint.dir, a restarted
+  // gang (its directory exists) and a worker without spares prepare the directory here.
+  if (!default_checkpoints || !dir_pool_.Take(paths.work_dir, spec_json)) {
+    std::error_code ec;
+    for (const std::string& dir : {paths.work_dir, paths.checkpoint_dir}) {
+      if (!prepared.ok()) break;
+      std::filesystem::create_directories(dir, ec);
+      if (ec) {
+        prepare_errno = ec.value();
+        prepared = absl::InternalError(
+            absl::StrCat("mkdir ", dir, ": ", ec.message(), " (errno ", ec.value(), ")"));
+      }
     }
+    if (prepared.ok()) prepared = WriteFileAtomically(paths.spec_file, spec_json, &prepare_errno);
   }
-  if (prepared.ok()) prepared = WriteFileAtomically(paths.spec_file, spec_json, &prepare_errno);
   if (prepared.ok()) prepared = GiveToRankUser(paths);
   if (!prepared.ok()) {
     // The node's disk, not the job: loomd re-places the gang elsewhere (without spending a

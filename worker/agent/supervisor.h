@@ -1,7 +1,8 @@
 // Supervisor: runs the ranks of the jobs loomd assigns to this node and reports what they do.
 //
 // Per Assignment it validates (an invalid one is reported as PERMANENT failures, never run),
-// prepares <work-dir>/jobs/<job-id>/ (spec.json, checkpoints/), launches one process per rank
+// prepares <work-dir>/jobs/<job-id>/ (spec.json, checkpoints/; from a directory made ahead of
+// time when one is ready, job_dir_pool.h), launches one process per rank
 // through Launch() and then watches them: stdout/stderr lines become LogChunks, progress lines
 // StepReports, and each rank's life becomes RankStatus STARTING -> RUNNING -> EXITED.
 //
@@ -41,6 +42,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "loom/v1/node.pb.h"
+#include "worker/agent/job_dir_pool.h"
 #include "worker/agent/launch_pool.h"
 #include "worker/agent/path_confinement.h"
 #include "worker/agent/rank_environment.h"
@@ -82,6 +84,8 @@ struct SupervisorOptions {
   absl::Duration stack_dump_wait = absl::Milliseconds(1500);
   // How many finished (job, generation) outcomes are remembered for idempotent re-assignment.
   size_t finished_history = 256;
+  // Job directories kept made ahead of time under <work_dir>/spare/ (job_dir_pool.h); 0: none.
+  int spare_job_dirs = 2;
 };
 
 // Counters for node metrics; monotonic except running_ranks.
@@ -196,6 +200,7 @@ class Supervisor {
   // Loop thread only.
   std::map<std::string, std::unique_ptr<Job>> jobs_;  // by job name; one generation each
   std::vector<loom::v1::RankStatus> pending_statuses_;  // not yet given to sink_
+  JobDirPool dir_pool_;  // filled by Start() before the loop, then by the loop
   std::deque<Finished> finished_;
   bool shutting_down_ = false;
 };

@@ -1,0 +1,115 @@
+#include "worker/agent/job_dir_pool.h"
+
+#include <fcntl.h>
+#include <stdio.h>  // renameat2
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "worker/agent/launcher.h"
+
+namespace loom::worker {
+namespace {
+
+absl::Status Errno(const std::string& what, const std::string& path, int err) {
+  return absl::InternalError(absl::StrCat(what, " ", path, ": ", ErrnoText(err)));
+}
+
+// Writes all of `content` to the existing file at `path`, which is replaced, never followed.
+absl::Status Overwrite(const std::string& path, std::string_view content) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return Errno("open", path, errno);
+  size_t done = 0;
+  while (done < content.size()) {
+    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : ENOSPC;
+      ::close(fd);
+      return Errno("write", path, err);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0) return Errno("close", path, errno);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+JobDirPool::JobDirPool(std::string work_dir, int target)
+    : spare_root_(work_dir + "/spare"), jobs_root_(work_dir + "/jobs"), target_(target) {}
+
+absl::Status JobDirPool::Init() {
+  if (target_ <= 0) return absl::OkStatus();
+  std::error_code ec;
+  // Whatever an earlier worker left: spares it had made, possibly half made.
+  std::filesystem::remove_all(spare_root_, ec);
+  if (ec) return absl::InternalError(absl::StrCat("remove ", spare_root_, ": ", ec.message()));
+  std::filesystem::create_directories(jobs_root_, ec);
+  if (ec) return absl::InternalError(absl::StrCat("mkdir ", jobs_root_, ": ", ec.message()));
+  if (::mkdir(spare_root_.c_str(), 0700) != 0) return Errno("mkdir", spare_root_, errno);
+  enabled_ = true;
+  return absl::OkStatus();
+}
+
+void JobDirPool::Disable(const absl::Status& why) {
+  if (!enabled_) return;
+  enabled_ = false;
+  LOOM_LOG(WARNING) << "supervisor: job directories are no longer made ahead of time (" << why
+                    << "); each gang's directory is made when it starts, as without spares";
+}
+
+void JobDirPool::Refill() {
+  if (!enabled_ || ready() >= target_) return;
+  const std::string dir = absl::StrCat(spare_root_, "/", next_++);
+  // The modes a job directory gets when made on demand (create_directories: 0777 less umask;
+  // spec.json 0644).
+  absl::Status made = absl::OkStatus();
+  if (::mkdir(dir.c_str(), 0777) != 0) {
+    made = Errno("mkdir", dir, errno);
+  } else if (const std::string checkpoints = dir + "/checkpoints";
+             ::mkdir(checkpoints.c_str(), 0777) != 0) {
+    made = Errno("mkdir", checkpoints, errno);
+  } else {
+    const std::string spec = dir + "/spec.json";
+    const int fd = ::open(spec.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      made = Errno("create", spec, errno);
+    } else {
+      ::close(fd);
+    }
+  }
+  if (!made.ok()) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    Disable(made);
+    return;
+  }
+  spares_.push_back(dir);
+}
+
+bool JobDirPool::Take(const std::string& job_dir, std::string_view spec_json) {
+  if (!enabled_ || spares_.empty()) return false;
+  const std::string& spare = spares_.front();
+  if (absl::Status written = Overwrite(spare + "/spec.json", spec_json); !written.ok()) {
+    Disable(written);
+    return false;
+  }
+  if (::renameat2(AT_FDCWD, spare.c_str(), AT_FDCWD, job_dir.c_str(), RENAME_NOREPLACE) != 0) {
+    const int err = errno;
+    // A restarted gang finds its directory in place; the spare waits for the next job (its
+    // spec.json is overwritten then).
+    if (err != EEXIST) Disable(Errno(absl::StrCat("rename ", spare, " to"), job_dir, err));
+    return false;
+  }
+  spares_.pop_front();
+  return true;
+}
+
+}  // namespace loom::worker
