@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "absl/time/clock.h"
+#include "common/rank_status_batch.h"
 #include "gtest/gtest.h"
 
 namespace loom::worker {
@@ -148,6 +149,20 @@ TEST(OutboundBufferTest, BatchesStatusesQueuedTogetherWithoutReorderingOtherKind
   b.OnRankStatuses({Status(0, v1::RANK_PHASE_RUNNING), Status(1, v1::RANK_PHASE_RUNNING)});
   EXPECT_EQ(PopNow(b).rank_status().rank(), 0);
   EXPECT_EQ(PopNow(b).rank_status().rank(), 1);
+
+  // And at most kMaxRankStatusBatchBytes of statuses: long messages split the run.
+  for (int rank = 0; rank < 5; ++rank) {
+    v1::RankStatus s = Status(rank, v1::RANK_PHASE_EXITED);
+    s.set_message(std::string(kMaxRankStatusBatchBytes / 2 - 100, 'x'));
+    b.OnRankStatus(s);
+  }
+  popped.clear();
+  while (auto m = b.Pop(absl::Now(), nullptr, nullptr, /*max_batch=*/16)) {
+    EXPECT_LE(m->ByteSizeLong(), kMaxRankStatusBatchBytes + 64);
+    popped.push_back(Ranks(*m));
+    b.MarkSent(*m);
+  }
+  EXPECT_EQ(popped, (std::vector<std::string>{"0 1", "2 3", "4"}));
 }
 
 TEST(OutboundBufferTest, ABatchIsInFlightUntilSentAndComesBackAsSingleStatuses) {

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/time/clock.h"
+#include "common/rank_status_batch.h"
 
 namespace loom::worker {
 
@@ -104,8 +105,12 @@ std::optional<loom::v1::WorkerMessage> OutboundBuffer::Pop(absl::Time deadline,
         loom::v1::WorkerMessage batch;
         loom::v1::RankStatusBatch* statuses = batch.mutable_rank_statuses();
         int taken = 1;  // m's
+        size_t bytes = m.rank_status().ByteSizeLong();
         while (taken < max_batch && !statuses_.empty() && statuses_.front().seq < limit &&
                statuses_.front().message.has_rank_status()) {
+          const size_t next = statuses_.front().message.rank_status().ByteSizeLong();
+          if (bytes + next > kMaxRankStatusBatchBytes) break;
+          bytes += next;
           if (taken == 1) *statuses->add_statuses() = std::move(*m.mutable_rank_status());
           *statuses->add_statuses() = std::move(*statuses_.front().message.mutable_rank_status());
           statuses_.pop_front();

@@ -53,7 +53,8 @@ class OutboundBuffer final : public RankEventSink {
   // (the writer then lets gRPC hold this one back and send both in one write).
   // With `max_batch` > 1, an oldest message that is a rank status comes out together with the
   // rank statuses queued right behind it (no other kind between them, at most `max_batch` in
-  // all) as one `rank_statuses` message; a lone status still comes out as `rank_status`.
+  // all and kMaxRankStatusBatchBytes of them) as one `rank_statuses` message; a lone status
+  // still comes out as `rank_status`.
   std::optional<loom::v1::WorkerMessage> Pop(absl::Time deadline,
                                              const std::atomic<bool>* cancel = nullptr,
                                              bool* more = nullptr, int max_batch = 1);
