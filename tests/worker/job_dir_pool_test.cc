@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "absl/status/status.h"
 #include "gtest/gtest.h"
 
 namespace loom::worker {
@@ -40,7 +41,7 @@ class JobDirPoolTest : public ::testing::Test {
   }
   int Spares() const {
     int n = 0;
-    for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir_ + "/spare")) ++n;
+    for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir_ + "/spare-job-dirs")) ++n;
     return n;
   }
 
@@ -48,11 +49,11 @@ class JobDirPoolTest : public ::testing::Test {
 };
 
 TEST_F(JobDirPoolTest, ASpareBecomesTheJobsDirectoryWithItsSpec) {
-  fs::create_directories(dir_ + "/spare/7/checkpoints");  // left by an earlier worker
+  fs::create_directories(dir_ + "/spare-job-dirs/7/checkpoints");  // left by an earlier worker
   JobDirPool pool(dir_, 2);
   ASSERT_TRUE(pool.Init().ok());
   EXPECT_EQ(Spares(), 0);
-  EXPECT_EQ(Mode(dir_ + "/spare"), 0700u);          // no rank can reach a spare
+  EXPECT_EQ(Mode(dir_ + "/spare-job-dirs"), 0700u);  // no rank can reach a spare
   EXPECT_FALSE(pool.Take(dir_ + "/jobs/a", "{}"));  // none ready yet
   EXPECT_FALSE(fs::exists(dir_ + "/jobs/a"));
   for (int i = 0; i < 3; ++i) pool.Refill();
@@ -101,12 +102,42 @@ TEST_F(JobDirPoolTest, AFileSystemRefusalTurnsThePoolOff) {
   EXPECT_FALSE(fs::exists(dir_ + "/jobs/x"));
 }
 
+TEST_F(JobDirPoolTest, OnlyItsOwnLeftoversAreRemovedAndOnlyFromItsOwnFolder) {
+  fs::create_directories(dir_ + "/spare-job-dirs/12");
+  std::ofstream(dir_ + "/spare-job-dirs/notes.txt") << "not a spare";
+  fs::permissions(dir_ + "/spare-job-dirs", fs::perms::all);
+  JobDirPool pool(dir_, 1);
+  ASSERT_TRUE(pool.Init().ok());
+  EXPECT_FALSE(fs::exists(dir_ + "/spare-job-dirs/12"));
+  EXPECT_EQ(Read(dir_ + "/spare-job-dirs/notes.txt"), "not a spare");
+  EXPECT_EQ(Mode(dir_ + "/spare-job-dirs"), 0700u);
+
+  // Not a folder: the pool stays off and says what to do.
+  fs::remove_all(dir_ + "/spare-job-dirs");
+  std::ofstream(dir_ + "/spare-job-dirs") << "someone's file";
+  JobDirPool blocked(dir_, 1);
+  absl::Status status = blocked.Init();
+  EXPECT_TRUE(absl::IsFailedPrecondition(status)) << status;
+  EXPECT_NE(status.message().find("spare-job-dirs exists but is not a folder"), std::string::npos)
+      << status;
+  blocked.Refill();
+  EXPECT_FALSE(blocked.enabled());
+  EXPECT_EQ(Read(dir_ + "/spare-job-dirs"), "someone's file");
+
+  // A relative or empty work dir: off, nothing touched.
+  for (const char* work_dir : {"", "relative/work"}) {
+    JobDirPool relative(work_dir, 1);
+    EXPECT_TRUE(absl::IsInvalidArgument(relative.Init()));
+    EXPECT_FALSE(relative.enabled());
+  }
+}
+
 TEST_F(JobDirPoolTest, ATargetOfZeroMakesNothing) {
   JobDirPool pool(dir_, 0);
   ASSERT_TRUE(pool.Init().ok());
   pool.Refill();
   EXPECT_FALSE(pool.enabled());
-  EXPECT_FALSE(fs::exists(dir_ + "/spare"));
+  EXPECT_FALSE(fs::exists(dir_ + "/spare-job-dirs"));
   EXPECT_FALSE(pool.Take(dir_ + "/jobs/x", "{}"));
 }
 

@@ -339,7 +339,9 @@ TEST_F(SupervisorTest, AGangStartsInADirectoryMadeAheadOfTime) {
                            "$LOOM_SPEC_FILE" && test "$PWD" = "$LOOM_WORK_DIR")");
   auto spares = [&] {
     int n = 0;
-    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir_ + "/spare")) ++n;
+    for ([[maybe_unused]] const auto& e :
+         std::filesystem::directory_iterator(dir_ + "/spare-job-dirs"))
+      ++n;
     return n;
   };
   EXPECT_EQ(spares(), 2);

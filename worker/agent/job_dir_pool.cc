@@ -10,6 +10,8 @@
 #include <system_error>
 #include <utility>
 
+#include "absl/algorithm/container.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "worker/agent/launcher.h"
@@ -43,17 +45,43 @@ absl::Status Overwrite(const std::string& path, std::string_view content) {
 }  // namespace
 
 JobDirPool::JobDirPool(std::string work_dir, int target)
-    : spare_root_(work_dir + "/spare"), jobs_root_(work_dir + "/jobs"), target_(target) {}
+    : work_dir_(std::move(work_dir)),
+      spare_root_(work_dir_.empty() ? "" : work_dir_ + "/spare-job-dirs"),
+      jobs_root_(work_dir_ + "/jobs"),
+      target_(target) {}
 
 absl::Status JobDirPool::Init() {
   if (target_ <= 0) return absl::OkStatus();
+  if (spare_root_.empty() || spare_root_[0] != '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the work dir must be an absolute path, got '", work_dir_, "'"));
+  }
+  struct stat info {};
+  if (::lstat(spare_root_.c_str(), &info) == 0) {
+    // Only a folder of this worker's user is taken for the spares' folder, and only what an
+    // earlier worker made in it (spares are named by numbers) is removed.
+    if (!S_ISDIR(info.st_mode) || info.st_uid != ::geteuid()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          spare_root_, " exists but is not a folder of this worker's user; move it away"));
+    }
+    if (::chmod(spare_root_.c_str(), 0700) != 0) return Errno("chmod", spare_root_, errno);
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(spare_root_, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (!name.empty() && absl::c_all_of(name, absl::ascii_isdigit)) {
+        std::filesystem::remove_all(entry.path(), ec);
+        if (ec) break;
+      }
+    }
+    if (ec) return absl::InternalError(absl::StrCat("clear ", spare_root_, ": ", ec.message()));
+  } else if (errno != ENOENT) {
+    return Errno("stat", spare_root_, errno);
+  } else if (::mkdir(spare_root_.c_str(), 0700) != 0) {
+    return Errno("mkdir", spare_root_, errno);
+  }
   std::error_code ec;
-  // Whatever an earlier worker left: spares it had made, possibly half made.
-  std::filesystem::remove_all(spare_root_, ec);
-  if (ec) return absl::InternalError(absl::StrCat("remove ", spare_root_, ": ", ec.message()));
   std::filesystem::create_directories(jobs_root_, ec);
   if (ec) return absl::InternalError(absl::StrCat("mkdir ", jobs_root_, ": ", ec.message()));
-  if (::mkdir(spare_root_.c_str(), 0700) != 0) return Errno("mkdir", spare_root_, errno);
   enabled_ = true;
   return absl::OkStatus();
 }

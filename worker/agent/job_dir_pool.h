@@ -5,9 +5,9 @@
 // the path between one gang's end and the next one's start; on the bench machine's ext4 that
 // was 0.4 ms of the worker's 0.9 ms there (perf), while the CPUs were otherwise idle.
 //
-// A spare is <work>/spare/<n>/ holding an empty checkpoints/ and an empty spec.json, made by the
-// worker in a folder only it may enter (0700), so no rank can reach a spare. Take() writes the
-// spec into a spare's spec.json, then renames the spare to the job's directory with
+// A spare is <work>/spare-job-dirs/<n>/ holding an empty checkpoints/ and an empty spec.json,
+// made by the worker in a folder only it may enter (0700), so no rank can reach a spare. Take()
+// writes the spec into a spare's spec.json, then renames the spare to the job's directory with
 // RENAME_NOREPLACE: the directory appears whole, spec included, or not at all. Refill() makes
 // one spare when fewer than the target are ready; the supervisor calls it when no rank is alive
 // (a gang has just ended and loomd is placing the next one) or when none is left.
@@ -30,12 +30,14 @@ namespace loom::worker {
 
 class JobDirPool {
  public:
-  // Spares live in <work_dir>/spare/ and become <work_dir>/jobs/<id>/. `target` spares are kept
-  // ready; 0 turns the pool off.
+  // Spares live in <work_dir>/spare-job-dirs/ and become <work_dir>/jobs/<id>/. `target` spares
+  // are kept ready; 0 turns the pool off.
   JobDirPool(std::string work_dir, int target);
 
-  // Removes what an earlier worker left in <work_dir>/spare/ and creates it (0700) and
-  // <work_dir>/jobs/. On failure the pool stays off (the error says why).
+  // Creates <work_dir>/spare-job-dirs/ (0700) and <work_dir>/jobs/, or removes the spares an
+  // earlier worker left (numbered folders; nothing else, and only from a folder owned by this
+  // worker's user). On failure the pool stays off (the error says why): a relative or empty
+  // work dir, or a spare-job-dirs that is not this worker's folder.
   absl::Status Init();
 
   // Makes one spare when fewer than the target are ready and the pool is on; otherwise returns
@@ -53,7 +55,8 @@ class JobDirPool {
  private:
   void Disable(const absl::Status& why);
 
-  const std::string spare_root_;  // <work_dir>/spare
+  const std::string work_dir_;
+  const std::string spare_root_;  // <work_dir>/spare-job-dirs (empty when work_dir_ is)
   const std::string jobs_root_;   // <work_dir>/jobs
   const int target_;
   bool enabled_ = false;  // set by a successful Init()

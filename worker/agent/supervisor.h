@@ -84,7 +84,8 @@ struct SupervisorOptions {
   absl::Duration stack_dump_wait = absl::Milliseconds(1500);
   // How many finished (job, generation) outcomes are remembered for idempotent re-assignment.
   size_t finished_history = 256;
-  // Job directories kept made ahead of time under <work_dir>/spare/ (job_dir_pool.h); 0: none.
+  // Job directories kept made ahead of time under <work_dir>/spare-job-dirs/ (job_dir_pool.h); 0:
+  // none.
   int spare_job_dirs = 2;
 };
 
