@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "worker/agent/launcher.h"
+#include "worker/agent/write_all.h"
 
 namespace loom::worker {
 namespace {
@@ -27,18 +28,7 @@ absl::Status Errno(const std::string& what, const std::string& path, int err) {
 absl::Status Overwrite(const std::string& path, std::string_view content) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return Errno("open", path, errno);
-  size_t done = 0;
-  while (done < content.size()) {
-    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : ENOSPC;
-      ::close(fd);
-      return Errno("write", path, err);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::close(fd) != 0) return Errno("close", path, errno);
+  if (const int err = WriteAllAndClose(fd, content); err != 0) return Errno("write", path, err);
   return absl::OkStatus();
 }
 

@@ -27,6 +27,7 @@
 #include "worker/agent/rank_environment.h"
 #include "worker/agent/rank_exit.h"
 #include "worker/agent/stack_dump_capture.h"
+#include "worker/agent/write_all.h"
 
 namespace loom::worker {
 namespace {
@@ -78,22 +79,10 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
     *error_number = errno;
     return absl::InternalError(absl::StrCat("create ", tmp, ": ", ErrnoText(errno)));
   }
-  size_t done = 0;
-  while (done < content.size()) {
-    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      *error_number = n < 0 ? errno : ENOSPC;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return absl::InternalError(absl::StrCat("write ", tmp, ": ", ErrnoText(*error_number)));
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::close(fd) != 0) {
-    *error_number = errno;
+  if (const int err = WriteAllAndClose(fd, content); err != 0) {
+    *error_number = err;
     ::unlink(tmp.c_str());
-    return absl::InternalError(absl::StrCat("close ", tmp, ": ", ErrnoText(*error_number)));
+    return absl::InternalError(absl::StrCat("write ", tmp, ": ", ErrnoText(err)));
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     *error_number = errno;

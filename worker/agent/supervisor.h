@@ -84,8 +84,8 @@ struct SupervisorOptions {
   absl::Duration stack_dump_wait = absl::Milliseconds(1500);
   // How many finished (job, generation) outcomes are remembered for idempotent re-assignment.
   size_t finished_history = 256;
-  // Job directories kept made ahead of time under <work_dir>/spare-job-dirs/ (job_dir_pool.h); 0:
-  // none.
+  // How many job directories are kept ready under <work_dir>/spare-job-dirs/ (job_dir_pool.h);
+  // 0 makes each one when its gang starts.
   int spare_job_dirs = 2;
 };
 
