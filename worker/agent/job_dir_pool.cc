@@ -25,9 +25,19 @@ absl::Status Errno(const std::string& what, const std::string& path, int err) {
 }
 
 // Writes all of `content` to the existing file at `path`, which is replaced, never followed.
+// Not opened with O_TRUNC: the spare's file is empty (Refill made it so), and on ext4 a
+// truncation to size 0, even of an empty file, arms "auto_da_alloc", whose close() then starts
+// the file's write-back at once (block allocation and an I/O submission, measured on the
+// gang's start path). Only a file found non-empty is truncated first.
 absl::Status Overwrite(const std::string& path, std::string_view content) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return Errno("open", path, errno);
+  struct stat info {};
+  if (::fstat(fd, &info) != 0 || (info.st_size != 0 && ::ftruncate(fd, 0) != 0)) {
+    const int err = errno;
+    ::close(fd);
+    return Errno("truncate", path, err);
+  }
   if (const int err = WriteAllAndClose(fd, content); err != 0) return Errno("write", path, err);
   return absl::OkStatus();
 }
