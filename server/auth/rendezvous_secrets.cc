@@ -1,9 +1,11 @@
 #include "server/auth/rendezvous_secrets.h"
 
 #include <fcntl.h>
+#include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <openssl/params.h>
 #include <openssl/rand.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -81,12 +83,40 @@ std::unique_ptr<RendezvousSecrets> RendezvousSecrets::ForKey(std::string key) {
   return std::unique_ptr<RendezvousSecrets>(new RendezvousSecrets(std::move(key)));
 }
 
+RendezvousSecrets::RendezvousSecrets(std::string key) : key_(std::move(key)) {
+  EVP_MAC* hmac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+  if (hmac == nullptr) return;
+  keyed_ = EVP_MAC_CTX_new(hmac);
+  EVP_MAC_free(hmac);  // the context holds its own reference
+  char digest[] = "SHA256";
+  const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+                               OSSL_PARAM_END};
+  if (keyed_ != nullptr && EVP_MAC_init(keyed_, reinterpret_cast<const unsigned char*>(key_.data()),
+                                        key_.size(), params) != 1) {
+    EVP_MAC_CTX_free(keyed_);
+    keyed_ = nullptr;
+  }
+}
+
+RendezvousSecrets::~RendezvousSecrets() { EVP_MAC_CTX_free(keyed_); }
+
 std::string RendezvousSecrets::SecretFor(absl::string_view job, int64_t generation) const {
   const std::string message = absl::StrCat(job, "|", generation);
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
-  HMAC(EVP_sha256(), key_.data(), static_cast<int>(key_.size()),
-       reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &len);
+  // The keyed state is only read here (copied), never updated, so threads may share it.
+  EVP_MAC_CTX* ctx = keyed_ != nullptr ? EVP_MAC_CTX_dup(keyed_) : nullptr;
+  size_t written = 0;
+  if (ctx != nullptr &&
+      EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(message.data()), message.size()) ==
+          1 &&
+      EVP_MAC_final(ctx, mac, &written, sizeof(mac)) == 1) {
+    len = static_cast<unsigned int>(written);
+  } else {
+    HMAC(EVP_sha256(), key_.data(), static_cast<int>(key_.size()),
+         reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &len);
+  }
+  EVP_MAC_CTX_free(ctx);
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
   for (unsigned int i = 0; i < len; ++i) {

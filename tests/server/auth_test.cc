@@ -2,8 +2,11 @@
 // authenticator's modes and reload, and the rendezvous secrets.
 #include <sys/stat.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
@@ -120,6 +123,27 @@ TEST(AuthenticatorTest, TokensCertificatesAndOpenMode) {
   ASSERT_TRUE(p.ok());
   EXPECT_TRUE(p->is_admin());
   EXPECT_EQ(p->subject, kDefaultTenant);
+}
+
+// The derivation is HMAC-SHA256(key, "JOB|GENERATION") in lowercase hex, as the header says: a
+// loomd of another build must derive the secrets of the gangs that kept running. The expected
+// value is from `openssl dgst -sha256 -mac HMAC -macopt key:...`. Threads share the keyed state.
+TEST(RendezvousSecretsTest, SecretsAreHmacSha256OfJobAndGeneration) {
+  const std::unique_ptr<RendezvousSecrets> secrets =
+      RendezvousSecrets::ForKey("0123456789abcdef0123456789abcdef");
+  const std::string expected = "1c1f8cfd2bded0a4709ea54e4718c753ce43194086ed5cadfba168c05a57711e";
+  EXPECT_EQ(secrets->SecretFor("jobs/x", 1), expected);
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 200; ++i) {
+        if (secrets->SecretFor("jobs/x", 1) != expected) wrong.fetch_add(1);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
 }
 
 TEST(RendezvousSecretsTest, KeyIsPrivateStableAndSecretsDifferPerScope) {
