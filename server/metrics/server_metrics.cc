@@ -1,5 +1,6 @@
 #include "server/metrics/server_metrics.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -67,11 +68,18 @@ std::string_view ServerMetrics::CodeName(int code) {
   return kCodeNames[code];
 }
 
-void ServerMetrics::RecordRpc(std::string_view method, std::string_view code) {
+void ServerMetrics::RecordRpc(std::string_view method, std::string_view code,
+                              absl::Duration duration) {
   registry_
       ->GetCounter("loom_rpc_requests_total", "RPCs served, by full method name and status code.",
                    {{"method", std::string(method)}, {"code", std::string(code)}})
       .Increment();
+  registry_
+      ->GetHistogram("loom_rpc_duration_seconds",
+                     "Seconds from an RPC's start on loomd to its status being sent, by full "
+                     "method name (for a stream, how long it was open).",
+                     rpc_duration_buckets_, {{"method", std::string(method)}})
+      .Observe(absl::ToDoubleSeconds(std::max(duration, absl::ZeroDuration())));
 }
 
 void ServerMetrics::ObserveSchedulingLatency(absl::Duration latency) {

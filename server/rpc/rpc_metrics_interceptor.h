@@ -1,6 +1,8 @@
 // A server interceptor that counts every RPC by method and resulting status code into
-// loom_rpc_requests_total{method, code}. Counting in one place, not in each adapter, means no
-// method can be forgotten and streams are counted when they end.
+// loom_rpc_requests_total{method, code}, and records its duration on loomd (from the call's
+// start to its status being sent) in loom_rpc_duration_seconds{method}. Counting in one place,
+// not in each adapter, means no method can be forgotten and streams are counted when they end.
+// The clock is the server's (injected), read twice per call.
 //
 // Label values stay bounded: the method label is the full name of a method loomd serves
 // ("/loom.v1.JobService/CreateJob"); anything else is counted as "other".
@@ -10,12 +12,13 @@
 
 #include <memory>
 
+#include "common/clock.h"
 #include "server/metrics/server_metrics.h"
 
 namespace loom::rpc {
 
-// `metrics` must outlive the server the factory is installed in.
+// `metrics` and `clock` must outlive the server the factory is installed in.
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
-NewRpcMetricsInterceptorFactory(server_metrics::ServerMetrics* metrics);
+NewRpcMetricsInterceptorFactory(server_metrics::ServerMetrics* metrics, const Clock* clock);
 
 }  // namespace loom::rpc

@@ -12,6 +12,7 @@
 #include "loom/v1/node.grpc.pb.h"
 #include "loom/v1/rendezvous.grpc.pb.h"
 #include "server/jobs/default_spec_validator.h"
+#include "server/metrics/server_metrics.h"
 #include "server/rpc/loomd_server.h"
 #include "tests/server/loomd_test_util.h"
 #include "tests/server/store_test_util.h"
@@ -121,6 +122,39 @@ TEST_F(RpcServerTest, CreateGetListWatchAndCancel) {
   v1::LogLine line;
   EXPECT_FALSE(logs->Read(&line));
   EXPECT_TRUE(logs->Finish().ok());
+
+  // Every call's duration on loomd, by method: the two creates, and the streams once they ended.
+  const std::string text = server_->registry()->Serialize();
+  EXPECT_THAT(text, HasSubstr("loom_rpc_duration_seconds_count{method=\"/loom.v1.JobService/"
+                              "CreateJob\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("loom_rpc_duration_seconds_count{method=\"/loom.v1.JobService/"
+                              "WatchJob\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("loom_rpc_duration_seconds_count{method=\"/loom.v1.JobService/"
+                              "StreamJobLogs\"} 1\n"));
+}
+
+// The histogram's buckets, with durations known: 3 ms falls in (2 ms, 4 ms]; a duration from a
+// clock stepped backwards counts as zero; each method has its own series.
+TEST(ServerMetricsTest, RpcDurationsFallInTheirMethodsBuckets) {
+  metrics::Registry registry;
+  server_metrics::ServerMetrics metrics(&registry);
+  const std::string create = "/loom.v1.JobService/CreateJob";
+  metrics.RecordRpc(create, "OK", absl::Milliseconds(3));
+  metrics.RecordRpc(create, "INVALID_ARGUMENT", absl::Seconds(-2));
+  metrics.RecordRpc("/loom.v1.JobService/WatchJob", "OK", absl::Hours(1));
+  const std::string text = registry.Serialize();
+  const std::string series = "loom_rpc_duration_seconds_bucket{method=\"" + create + "\",le=";
+  EXPECT_THAT(text, HasSubstr(series + "\"0.00025\"} 1\n"));  // the clamped one
+  EXPECT_THAT(text, HasSubstr(series + "\"0.002\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr(series + "\"0.004\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr(series + "\"+Inf\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("loom_rpc_duration_seconds_sum{method=\"" + create + "\"} 0.003\n"));
+  EXPECT_THAT(text, HasSubstr("loom_rpc_duration_seconds_bucket{method=\"/loom.v1.JobService/"
+                              "WatchJob\",le=\"16.384\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("loom_rpc_duration_seconds_count{method=\"/loom.v1.JobService/"
+                              "WatchJob\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("loom_rpc_requests_total{code=\"INVALID_ARGUMENT\",method=\"" +
+                              create + "\"} 1\n"));
 }
 
 TEST_F(RpcServerTest, MalformedRequestsGetCodesThatNameTheField) {
