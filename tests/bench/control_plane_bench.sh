@@ -46,7 +46,8 @@
 #               loomd, by loom-worker, and by the rank processes (the worker's reaped
 #               children, whose figure has the kernel's 10 ms tick as its grain)
 # Loom runs loomd --insecure on loopback with one loom-worker of 8 CPU devices whose rank
-# program is /bin/true (a rank that exits 0 at once).
+# program is /bin/true (a rank that exits 0 at once). Each build's loomd, loom-worker and
+# loomctl run from copies in the bench's temporary directory (why: below, at the copy).
 #
 # --setup-slurm: installs slurm-wlm and munge with apt-get (needs root) and writes a one-node
 # slurm.conf for this host on loopback (8 CPUs, default scheduler settings), then starts munged,
@@ -111,6 +112,20 @@ cleanup() {
   [ -n "${LOOM_BENCH_KEEP:-}" ] && echo "kept $tmp" >&2 || rm -rf "$tmp"
 }
 trap cleanup EXIT
+
+# Each build's programs are run from copies in $tmp, as an installation would run them. How a
+# file was written decides how fast it starts: on the 6.x kernel of docs/benchmarks.md a
+# `loomctl --help` ran 10-20 % longer from the file the linker wrote than from a `cp` of it (the
+# same page faults, each dearer; the copy's page cache is written in large runs). Copying both
+# builds keeps that out of the comparison.
+for side in loom base; do
+  src=$bin
+  [ "$side" = base ] && src=$base_bin
+  [ -n "$src" ] || continue
+  mkdir "$tmp/bin-$side"
+  cp "$src/loomd" "$src/loom-worker" "$src/loomctl" "$tmp/bin-$side/"
+  if [ "$side" = base ]; then base_bin=$tmp/bin-$side; else bin=$tmp/bin-$side; fi
+done
 
 now_ns() { date +%s%N; }
 median() { sort -n | awk '{v[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
