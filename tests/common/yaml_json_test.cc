@@ -93,8 +93,8 @@ TEST(YamlJsonTest, JsonToYamlWritesKeysOverYamlsLimitAsExplicitKeys) {
   // YAML reads an implicit key of at most 1024 characters; a key that long once escaped (300
   // control characters are 1,200) must be written as an explicit "? key" (found by
   // tests/fuzz/spec_yaml_fuzz). Plain long keys and short ones round-trip too.
-  for (const std::string key : {std::string(300, '\x1b'), std::string(2000, 'k'),
-                                std::string(100, '\x01'), std::string("k")}) {
+  for (const std::string& key : {std::string(300, '\x1b'), std::string(2000, 'k'),
+                                 std::string(100, '\x01'), std::string("k")}) {
     nlohmann::ordered_json j;
     j[key] = "v";
     j["after"] = 1;

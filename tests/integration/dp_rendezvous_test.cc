@@ -87,7 +87,9 @@ class DpRendezvousTest : public ::testing::Test {
     EXPECT_EQ(get.exit_code, 0) << get.Describe();
     *job = nlohmann::json::parse(get.out, nullptr, false);
     EXPECT_FALSE(job->is_discarded()) << get.out;
-    if (!job->is_discarded()) EXPECT_EQ((*job)["state"], "SUCCEEDED") << job->dump(2);
+    if (!job->is_discarded()) {
+      EXPECT_EQ((*job)["state"], "SUCCEEDED") << job->dump(2);
+    }
     return name;
   }
 

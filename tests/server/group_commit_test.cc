@@ -92,7 +92,9 @@ TEST(GroupCommitTest, WritersThatQueueBehindABatchShareOneTransaction) {
         return absl::OkStatus();
       });
       // Acknowledged means committed: visible to another connection right now.
-      if (results[i].ok()) EXPECT_TRUE(Committed(path, absl::StrCat("w", i)));
+      if (results[i].ok()) {
+        EXPECT_TRUE(Committed(path, absl::StrCat("w", i)));
+      }
     });
   }
   while (queued.load() < kWriters) absl::SleepFor(absl::Milliseconds(1));

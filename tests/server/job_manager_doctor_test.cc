@@ -363,7 +363,9 @@ TEST_F(RebalanceTest, OffProposesNoSplitAndSuggestDoesNotApplyIt) {
     }
     ASSERT_TRUE(imbalance.has_value()) << mode;
     EXPECT_EQ(imbalance->blocks_per_stage_size(), mode == "off" ? 0 : 2) << mode;
-    if (mode == "off") EXPECT_THAT(imbalance->fix(), HasSubstr("spec.rebalance.mode"));
+    if (mode == "off") {
+      EXPECT_THAT(imbalance->fix(), HasSubstr("spec.rebalance.mode"));
+    }
     EXPECT_EQ(manager_->GetJob(job).value().generation(), 1) << mode;  // never re-split
     ASSERT_TRUE(manager_->CancelJob(job).ok());
   }
