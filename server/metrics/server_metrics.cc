@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -70,16 +71,38 @@ std::string_view ServerMetrics::CodeName(int code) {
 
 void ServerMetrics::RecordRpc(std::string_view method, std::string_view code,
                               absl::Duration duration) {
-  registry_
-      ->GetCounter("loom_rpc_requests_total", "RPCs served, by full method name and status code.",
-                   {{"method", std::string(method)}, {"code", std::string(code)}})
-      .Increment();
-  registry_
-      ->GetHistogram("loom_rpc_duration_seconds",
-                     "Seconds from an RPC's start on loomd to its status being sent, by full "
-                     "method name (for a stream, how long it was open).",
-                     rpc_duration_buckets_, {{"method", std::string(method)}})
-      .Observe(absl::ToDoubleSeconds(std::max(duration, absl::ZeroDuration())));
+  static_assert(std::size(kCodeNames) == std::tuple_size_v<decltype(RpcSeries::by_code)>);
+  size_t c = 2;  // UNKNOWN
+  for (size_t i = 0; i < std::size(kCodeNames); ++i) {
+    if (kCodeNames[i] == code) {
+      c = i;
+      break;
+    }
+  }
+  metrics::Counter* counter = nullptr;
+  metrics::Histogram* histogram = nullptr;
+  {
+    absl::MutexLock lock(&rpc_mu_);
+    auto it = rpc_series_.find(method);
+    if (it == rpc_series_.end()) {
+      it = rpc_series_.emplace(std::string(method), RpcSeries()).first;
+      it->second.duration = &registry_->GetHistogram(
+          "loom_rpc_duration_seconds",
+          "Seconds from an RPC's start on loomd to its status being sent, by full method name "
+          "(for a stream, how long it was open).",
+          rpc_duration_buckets_, {{"method", std::string(method)}});
+    }
+    metrics::Counter*& by_code = it->second.by_code[c];
+    if (by_code == nullptr) {
+      by_code = &registry_->GetCounter(
+          "loom_rpc_requests_total", "RPCs served, by full method name and status code.",
+          {{"method", std::string(method)}, {"code", std::string(kCodeNames[c])}});
+    }
+    counter = by_code;
+    histogram = it->second.duration;
+  }
+  counter->Increment();
+  histogram->Observe(absl::ToDoubleSeconds(std::max(duration, absl::ZeroDuration())));
 }
 
 void ServerMetrics::ObserveSchedulingLatency(absl::Duration latency) {

@@ -134,7 +134,7 @@ TEST_F(RpcServerTest, CreateGetListWatchAndCancel) {
 }
 
 // The histogram's buckets, with durations known: 3 ms falls in (2 ms, 4 ms]; a duration from a
-// clock stepped backwards counts as zero; each method has its own series.
+// clock stepped backwards counts as zero; each method has its own series; codes stay bounded.
 TEST(ServerMetricsTest, RpcDurationsFallInTheirMethodsBuckets) {
   metrics::Registry registry;
   server_metrics::ServerMetrics metrics(&registry);
@@ -142,6 +142,7 @@ TEST(ServerMetricsTest, RpcDurationsFallInTheirMethodsBuckets) {
   metrics.RecordRpc(create, "OK", absl::Milliseconds(3));
   metrics.RecordRpc(create, "INVALID_ARGUMENT", absl::Seconds(-2));
   metrics.RecordRpc("/loom.v1.JobService/WatchJob", "OK", absl::Hours(1));
+  metrics.RecordRpc("/loom.v1.JobService/WatchJob", "NOT_A_CODE", absl::Seconds(20));
   const std::string text = registry.Serialize();
   const std::string series = "loom_rpc_duration_seconds_bucket{method=\"" + create + "\",le=";
   EXPECT_THAT(text, HasSubstr(series + "\"0.00025\"} 1\n"));  // the clamped one
@@ -152,9 +153,13 @@ TEST(ServerMetricsTest, RpcDurationsFallInTheirMethodsBuckets) {
   EXPECT_THAT(text, HasSubstr("loom_rpc_duration_seconds_bucket{method=\"/loom.v1.JobService/"
                               "WatchJob\",le=\"16.384\"} 0\n"));
   EXPECT_THAT(text, HasSubstr("loom_rpc_duration_seconds_count{method=\"/loom.v1.JobService/"
-                              "WatchJob\"} 1\n"));
+                              "WatchJob\"} 2\n"));
   EXPECT_THAT(text, HasSubstr("loom_rpc_requests_total{code=\"INVALID_ARGUMENT\",method=\"" +
                               create + "\"} 1\n"));
+  // A code that is not a gRPC code's name is counted as UNKNOWN (bounded label values).
+  EXPECT_THAT(text, HasSubstr("loom_rpc_requests_total{code=\"UNKNOWN\",method=\"/loom.v1."
+                              "JobService/WatchJob\"} 1\n"));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("NOT_A_CODE")));
 }
 
 TEST_F(RpcServerTest, MalformedRequestsGetCodesThatNameTheField) {
