@@ -129,7 +129,8 @@ std::string RendezvousSecrets::SecretFor(absl::string_view job, int64_t generati
 bool RendezvousSecrets::Check(absl::string_view job, int64_t generation,
                               absl::string_view presented) const {
   const std::string expected = SecretFor(job, generation);
-  return presented.size() == expected.size() &&
+  // Empty only if OpenSSL failed: then nothing matches, not even an empty presented secret.
+  return !expected.empty() && presented.size() == expected.size() &&
          CRYPTO_memcmp(presented.data(), expected.data(), expected.size()) == 0;
 }
 

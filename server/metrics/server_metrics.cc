@@ -64,21 +64,9 @@ void ServerMetrics::SetSnapshotSource(std::function<Snapshot()> source) {
   source_ = std::move(source);
 }
 
-std::string_view ServerMetrics::CodeName(int code) {
-  if (code < 0 || code >= static_cast<int>(std::size(kCodeNames))) return "UNKNOWN";
-  return kCodeNames[code];
-}
-
-void ServerMetrics::RecordRpc(std::string_view method, std::string_view code,
-                              absl::Duration duration) {
+void ServerMetrics::RecordRpc(std::string_view method, int code, absl::Duration duration) {
   static_assert(std::size(kCodeNames) == std::tuple_size_v<decltype(RpcSeries::by_code)>);
-  size_t c = 2;  // UNKNOWN
-  for (size_t i = 0; i < std::size(kCodeNames); ++i) {
-    if (kCodeNames[i] == code) {
-      c = i;
-      break;
-    }
-  }
+  const size_t c = code >= 0 && code < static_cast<int>(std::size(kCodeNames)) ? code : 2;
   metrics::Counter* counter = nullptr;
   metrics::Histogram* histogram = nullptr;
   {

@@ -226,9 +226,9 @@ class ServerMetrics {
   // Installs the function that the scrape hook calls; set once, before serving.
   void SetSnapshotSource(std::function<Snapshot()> source);
 
-  // One RPC ended with `code` (a CodeName(); anything else counts as "UNKNOWN") after
+  // One RPC ended with gRPC status `code` (0..16; anything else counts as UNKNOWN) after
   // `duration` (negative durations, from a clock stepped backwards, count as zero).
-  void RecordRpc(std::string_view method, std::string_view code, absl::Duration duration);
+  void RecordRpc(std::string_view method, int code, absl::Duration duration);
   void ObserveSchedulingLatency(absl::Duration latency);
   void IncrementRestarts();
   // Replaces the loom_scaling_efficiency_ratio series of `job` (a job name) by `by_devices`
@@ -237,9 +237,6 @@ class ServerMetrics {
   static constexpr size_t kMaxScalingJobs = 100;
 
   metrics::Registry* registry() { return registry_; }
-
-  // "OK", "INVALID_ARGUMENT", ... for a gRPC status code number (0..16), "UNKNOWN" otherwise.
-  static std::string_view CodeName(int code);
 
  private:
   void Collect();
@@ -276,7 +273,7 @@ class ServerMetrics {
   // made on the code's first use, so that no zero series are exported.
   struct RpcSeries {
     metrics::Histogram* duration = nullptr;
-    std::array<metrics::Counter*, 17> by_code{};  // indexed like CodeName()
+    std::array<metrics::Counter*, 17> by_code{};  // indexed by gRPC status code
   };
   absl::Mutex rpc_mu_;
   std::map<std::string, RpcSeries, std::less<>> rpc_series_ ABSL_GUARDED_BY(rpc_mu_);

@@ -28,9 +28,7 @@ class RpcMetricsInterceptor final : public grpc::experimental::Interceptor {
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(
             grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
-      metrics_->RecordRpc(method_,
-                          server_metrics::ServerMetrics::CodeName(
-                              static_cast<int>(methods->GetSendStatus().error_code())),
+      metrics_->RecordRpc(method_, static_cast<int>(methods->GetSendStatus().error_code()),
                           clock_->Now() - start_);
     }
     methods->Proceed();

@@ -113,11 +113,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Each build's programs are run from copies in $tmp, as an installation would run them. How a
-# file was written decides how fast it starts: on the 6.x kernel of docs/benchmarks.md a
-# `loomctl --help` ran 10-20 % longer from the file the linker wrote than from a `cp` of it (the
-# same page faults, each dearer; the copy's page cache is written in large runs). Copying both
-# builds keeps that out of the comparison.
+# Each build's programs are run from copies in $tmp, as an installation would run them. For a
+# while on the machine of docs/benchmarks.md (2026-12-07, afternoon), `loomctl --help` ran
+# 10-30 % longer from the file the linker wrote than from a `cp` of it, with the same page
+# faults; an hour later the difference was gone, and its cause was not found. Fresh copies of
+# both builds keep such a difference out of the comparison.
 for side in loom base; do
   src=$bin
   [ "$side" = base ] && src=$base_bin
