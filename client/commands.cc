@@ -16,7 +16,6 @@
 #include "client/plan_format.h"
 #include "client/request_id.h"
 #include "client/submit_many.h"
-#include "common/grpc_status.h"
 #include "common/spec_yaml.h"
 #include "loom/v1/node.pb.h"
 #include "server/planner/cluster_file.h"
@@ -45,12 +44,10 @@ void PrintJob(CommandContext& ctx, const Job& job) {
 }
 
 absl::StatusOr<Job> GetJob(CommandContext& ctx, const std::string& name) {
-  grpc::ClientContext context;
-  ctx.connection->PrepareUnary(&context);
   loom::v1::GetJobRequest request;
   request.set_name(name);
   Job job;
-  const absl::Status s = FromGrpcStatus(ctx.connection->GetJob(&context, request, &job));
+  const absl::Status s = ctx.connection->Call(rpc::kGetJob, request, &job);
   if (!s.ok()) return s;
   return job;
 }
@@ -77,9 +74,7 @@ int FollowWithProgress(CommandContext& ctx, const std::string& name) {
 // One CreateJob call with the connection's deadline and credentials.
 absl::Status CreateJobCall(CommandContext& ctx, const loom::v1::CreateJobRequest& request,
                            Job* job) {
-  grpc::ClientContext context;
-  ctx.connection->PrepareUnary(&context);
-  return FromGrpcStatus(ctx.connection->CreateJob(&context, request, job));
+  return ctx.connection->Call(rpc::kCreateJob, request, job);
 }
 
 }  // namespace
@@ -151,11 +146,8 @@ int RunPlan(CommandContext& ctx, const PlanArgs& args) {
     loom::v1::PlanJobRequest request;
     *request.mutable_spec() = *std::move(spec);
     request.set_top_k(args.top_k);
-    grpc::ClientContext context;
-    ctx.connection->PrepareUnary(&context);
     loom::v1::PlanJobResponse answer;
-    const absl::Status s =
-        FromGrpcStatus(ctx.connection->jobs().PlanJob(&context, request, &answer));
+    const absl::Status s = ctx.connection->Call(rpc::kPlanJob, request, &answer);
     if (s.ok()) {
       response = std::move(answer);
     } else {
@@ -186,13 +178,10 @@ int RunGet(CommandContext& ctx, const std::string& job_arg, bool wait) {
 int RunDoctor(CommandContext& ctx, const std::string& job_arg) {
   absl::StatusOr<std::string> name = NormalizeJobName(job_arg);
   if (!name.ok()) return Fail(ctx, name.status());
-  grpc::ClientContext context;
-  ctx.connection->PrepareUnary(&context);
   loom::v1::GetJobReportRequest request;
   request.set_name(*name);
   loom::v1::JobReport report;
-  const absl::Status s =
-      FromGrpcStatus(ctx.connection->jobs().GetJobReport(&context, request, &report));
+  const absl::Status s = ctx.connection->Call(rpc::kGetJobReport, request, &report);
   if (!s.ok()) return Fail(ctx, s);
   *ctx.out << (ctx.format == OutputFormat::kTable ? FormatJobReport(report)
                                                   : RenderMessage(report, ctx.format));
@@ -210,10 +199,8 @@ int RunList(CommandContext& ctx, const std::string& state_arg) {
   }
   loom::v1::ListJobsResponse all;
   while (true) {
-    grpc::ClientContext context;
-    ctx.connection->PrepareUnary(&context);
     loom::v1::ListJobsResponse page;
-    const absl::Status s = FromGrpcStatus(ctx.connection->ListJobs(&context, request, &page));
+    const absl::Status s = ctx.connection->Call(rpc::kListJobs, request, &page);
     if (!s.ok()) return Fail(ctx, s);
     for (Job& job : *page.mutable_jobs()) *all.add_jobs() = std::move(job);
     if (page.next_page_token().empty()) break;
@@ -244,12 +231,10 @@ int RunLogs(CommandContext& ctx, const LogsArgs& args) {
   request.set_name(*name);
   request.set_follow(args.follow);
   if (args.rank.has_value()) request.set_rank(*args.rank);
-  grpc::ClientContext context;
-  ctx.connection->PrepareStream(&context);
-  std::unique_ptr<grpc::ClientReaderInterface<loom::v1::LogLine>> reader =
-      ctx.connection->jobs().StreamJobLogs(&context, request);
   loom::v1::LogLine line;
-  while (reader->Read(&line)) {
+  bool malformed = false;
+  absl::Status s = ctx.connection->Stream(rpc::kStreamJobLogs, request, [&](std::string_view m) {
+    if (!ParseStreamMessage(m, &line)) return !(malformed = true);
     switch (ctx.format) {
       case OutputFormat::kTable:
         *ctx.out << FormatLogLine(line) << '\n';
@@ -262,9 +247,10 @@ int RunLogs(CommandContext& ctx, const LogsArgs& args) {
         break;
     }
     if (args.follow) ctx.out->flush();
-  }
+    return true;
+  });
   ctx.out->flush();
-  const absl::Status s = FromGrpcStatus(reader->Finish());
+  if (s.ok() && malformed) s = absl::InternalError("loomd sent a log line that does not parse");
   if (!s.ok()) return Fail(ctx, s);
   return kExitOk;
 }
@@ -272,12 +258,10 @@ int RunLogs(CommandContext& ctx, const LogsArgs& args) {
 int RunCancel(CommandContext& ctx, const std::string& job_arg) {
   absl::StatusOr<std::string> name = NormalizeJobName(job_arg);
   if (!name.ok()) return Fail(ctx, name.status());
-  grpc::ClientContext context;
-  ctx.connection->PrepareUnary(&context);
   loom::v1::CancelJobRequest request;
   request.set_name(*name);
   Job job;
-  const absl::Status s = FromGrpcStatus(ctx.connection->CancelJob(&context, request, &job));
+  const absl::Status s = ctx.connection->Call(rpc::kCancelJob, request, &job);
   if (!s.ok()) return Fail(ctx, s);
   if (ctx.format == OutputFormat::kTable) {
     if (job.state() == loom::v1::CANCELLED) {
@@ -293,11 +277,9 @@ int RunCancel(CommandContext& ctx, const std::string& job_arg) {
 }
 
 int RunNodes(CommandContext& ctx) {
-  grpc::ClientContext context;
-  ctx.connection->PrepareUnary(&context);
   loom::v1::ListNodesResponse response;
-  const absl::Status s = FromGrpcStatus(
-      ctx.connection->nodes().ListNodes(&context, loom::v1::ListNodesRequest(), &response));
+  const absl::Status s =
+      ctx.connection->Call(rpc::kListNodes, loom::v1::ListNodesRequest(), &response);
   if (!s.ok()) return Fail(ctx, s);
   if (ctx.format == OutputFormat::kTable) {
     *ctx.out << FormatNodeTable({response.nodes().begin(), response.nodes().end()}, ctx.now())
@@ -318,16 +300,13 @@ std::string NodeName(const std::string& arg) {
 }  // namespace
 
 int RunDrainNode(CommandContext& ctx, const DrainArgs& args) {
-  grpc::ClientContext context;
-  ctx.connection->PrepareUnary(&context);
   loom::v1::DrainNodeRequest request;
   request.set_name(NodeName(args.node));
   request.set_move_jobs(args.move_jobs);
   request.set_stop_quarantined(args.stop_quarantined);
   request.set_drain(!args.undo);
   loom::v1::Node node;
-  const absl::Status s =
-      FromGrpcStatus(ctx.connection->nodes().DrainNode(&context, request, &node));
+  const absl::Status s = ctx.connection->Call(rpc::kDrainNode, request, &node);
   if (!s.ok()) return Fail(ctx, s);
   if (ctx.format == OutputFormat::kTable) {
     *ctx.out << FormatNodeTable({node}, ctx.now()) << std::flush;
@@ -338,14 +317,11 @@ int RunDrainNode(CommandContext& ctx, const DrainArgs& args) {
 }
 
 int RunDeleteNode(CommandContext& ctx, const std::string& node, bool force) {
-  grpc::ClientContext context;
-  ctx.connection->PrepareUnary(&context);
   loom::v1::DeleteNodeRequest request;
   request.set_name(NodeName(node));
   request.set_force(force);
   loom::v1::DeleteNodeResponse response;
-  const absl::Status s =
-      FromGrpcStatus(ctx.connection->nodes().DeleteNode(&context, request, &response));
+  const absl::Status s = ctx.connection->Call(rpc::kDeleteNode, request, &response);
   if (!s.ok()) return Fail(ctx, s);
   if (ctx.format == OutputFormat::kTable) *ctx.out << request.name() << " deleted" << std::endl;
   return kExitOk;

@@ -2,26 +2,42 @@
 // command gets them.
 #pragma once
 
-#include <grpcpp/grpcpp.h>
-
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <ostream>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/wire_client.h"
-#include "loom/v1/job.grpc.pb.h"
-#include "loom/v1/node.grpc.pb.h"
-#include "loom/v1/scaling.grpc.pb.h"
+#include "google/protobuf/message_lite.h"
 
 namespace loom::client {
 
 inline constexpr char kDefaultServer[] = "127.0.0.1:7070";
+
+// The methods loomctl calls, by their gRPC paths.
+namespace rpc {
+inline constexpr std::string_view kCreateJob = "/loom.v1.JobService/CreateJob";
+inline constexpr std::string_view kGetJob = "/loom.v1.JobService/GetJob";
+inline constexpr std::string_view kListJobs = "/loom.v1.JobService/ListJobs";
+inline constexpr std::string_view kCancelJob = "/loom.v1.JobService/CancelJob";
+inline constexpr std::string_view kWatchJob = "/loom.v1.JobService/WatchJob";
+inline constexpr std::string_view kStreamJobLogs = "/loom.v1.JobService/StreamJobLogs";
+inline constexpr std::string_view kPlanJob = "/loom.v1.JobService/PlanJob";
+inline constexpr std::string_view kGetJobReport = "/loom.v1.JobService/GetJobReport";
+inline constexpr std::string_view kGetJobTrace = "/loom.v1.JobService/GetJobTrace";
+inline constexpr std::string_view kListNodes = "/loom.v1.NodeService/ListNodes";
+inline constexpr std::string_view kDrainNode = "/loom.v1.NodeService/DrainNode";
+inline constexpr std::string_view kDeleteNode = "/loom.v1.NodeService/DeleteNode";
+inline constexpr std::string_view kCreateScaleTest = "/loom.v1.ScalingService/CreateScaleTest";
+inline constexpr std::string_view kGetScaleTest = "/loom.v1.ScalingService/GetScaleTest";
+}  // namespace rpc
 
 // The server address: `flag` when given, else $LOOM_SERVER when set and not empty, else
 // kDefaultServer.
@@ -31,87 +47,63 @@ std::string ResolveServerAddress(const std::string& flag);
 // $LOOM_TOKEN_FILE), else $LOOM_TOKEN; empty when none is set.
 absl::StatusOr<std::string> ResolveToken(const std::string& flag, const std::string& file_flag);
 
-// How a plaintext connection makes the unary calls of scripts (CreateJob, GetJob, ListJobs,
-// CancelJob): on the wire without gRPC's runtime (client/wire_client.h), or through gRPC.
-enum class UnaryTransport { kWire, kGrpc };
-
-// A connection to one loomd. Unary calls carry `rpc_timeout` as their deadline and fail fast
+// A connection to one loomd. Every call goes on the wire (client/wire_client.h): loomctl does
+// not link gRPC's runtime. Unary calls carry `rpc_timeout` as their deadline and fail fast
 // (UNAVAILABLE) when the server cannot be reached; streams have no deadline.
 //
-// gRPC's channel (and with it gRPC's runtime: its threads and pollers) is made on the first use
-// of jobs(), nodes() or scaling(), not before: a plaintext `loomctl submit`, `get`, `list` or
-// `cancel` never starts it. Thread-safe: jobs() and the other stubs from any thread; the wire
-// calls one at a time (a mutex).
+// Thread-safe: calls from several threads at once each get a WireClient (and so a connection)
+// of their own, taken from a pool of idle ones and put back after the call, so a sweep's
+// concurrent creates overlap as they did on one gRPC channel. A call through the persistent
+// connection (UsePersistentConnection) holds a mutex instead.
 class Connection {
  public:
   // Plaintext (loopback, or --insecure), with `token` sent as "authorization: Bearer TOKEN"
   // when not empty.
-  Connection(std::string server, absl::Duration rpc_timeout, std::string token = "",
-             UnaryTransport transport = UnaryTransport::kWire);
-  // TLS: the unary calls of scripts on the wire, verifying the server with `wire_tls`; the rest
-  // through gRPC with the credentials `make_credentials` returns when the channel is first
-  // needed (making them starts gRPC's runtime). Both describe the same TLS files.
-  Connection(std::string server, absl::Duration rpc_timeout, std::string token, WireTls wire_tls,
-             std::function<std::shared_ptr<grpc::ChannelCredentials>()> make_credentials);
-  // With `credentials` (common/tls.h): every call goes through gRPC.
-  Connection(std::string server, absl::Duration rpc_timeout,
-             std::shared_ptr<grpc::ChannelCredentials> credentials, std::string token);
+  Connection(std::string server, absl::Duration rpc_timeout, std::string token = "");
+  // TLS, verifying the server with `tls` (WireTls: an empty CA means the system's roots).
+  Connection(std::string server, absl::Duration rpc_timeout, std::string token, WireTls tls);
   ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
 
   const std::string& server() const { return server_; }
-  loom::v1::JobService::StubInterface& jobs();
-  loom::v1::NodeService::StubInterface& nodes();
-  loom::v1::ScalingService::StubInterface& scaling();
 
-  // The unary calls of scripts: on the wire when this connection is plaintext, else jobs().
-  // `context` carries the deadline (PrepareUnary); the token is the connection's.
-  grpc::Status CreateJob(grpc::ClientContext* context, const loom::v1::CreateJobRequest& request,
-                         loom::v1::Job* response);
-  grpc::Status GetJob(grpc::ClientContext* context, const loom::v1::GetJobRequest& request,
-                      loom::v1::Job* response);
-  grpc::Status ListJobs(grpc::ClientContext* context, const loom::v1::ListJobsRequest& request,
-                        loom::v1::ListJobsResponse* response);
-  grpc::Status CancelJob(grpc::ClientContext* context, const loom::v1::CancelJobRequest& request,
-                         loom::v1::Job* response);
+  // The unary call `path` (rpc::k...), deadline rpc_timeout from now. `response` is written only
+  // when the status is OK.
+  absl::Status Call(std::string_view path, const google::protobuf::MessageLite& request,
+                    google::protobuf::MessageLite* response);
 
-  // From now on the wire calls go through loomctl's persistent connection
-  // (client/persist_mux.h), kept for `idle` after the last call; a connection without a
-  // WireClient is unchanged. When the persistent connection cannot be used, the calls are made
-  // directly and `warnings` is told why, once.
+  // The server stream `path` without a deadline: `on_message` gets each message as it comes
+  // (serialized) and returns false to end the call early, which then returns OK. Otherwise
+  // returns the stream's final status (OK when the server ended it well).
+  absl::Status Stream(std::string_view path, const google::protobuf::MessageLite& request,
+                      absl::FunctionRef<bool(std::string_view)> on_message);
+
+  // From now on the unary calls the mux relays (client/persist_mux.h: MuxRelays) go through
+  // loomctl's persistent connection, kept for `idle` after the last call. When the persistent
+  // connection cannot be used, the calls are made directly and `warnings` is told why, once.
   void UsePersistentConnection(absl::Duration idle, std::ostream* warnings);
 
-  // Sets the deadline of a unary call on `context`, and its credentials.
-  void PrepareUnary(grpc::ClientContext* context) const;
-  // Sets the credentials of a streaming call (no deadline).
-  void PrepareStream(grpc::ClientContext* context) const;
-
  private:
-  void MakeChannel();
-  // `path` on the wire when this connection has a WireClient, else `stub_method` of jobs().
-  template <typename Request, typename Response>
-  grpc::Status Unary(std::string_view path,
-                     grpc::Status (loom::v1::JobService::StubInterface::*stub_method)(
-                         grpc::ClientContext*, const Request&, Response*),
-                     grpc::ClientContext* context, const Request& request, Response* response);
+  // An idle WireClient, or a new one; Release puts it back for the next call.
+  std::unique_ptr<WireClient> Acquire();
+  void Release(std::unique_ptr<WireClient> client);
 
-  std::string server_;
-  absl::Duration rpc_timeout_;
-  std::string token_;
-  // Called once, by MakeChannel; null: plaintext.
-  std::function<std::shared_ptr<grpc::ChannelCredentials>()> make_credentials_;
-  std::once_flag channel_once_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<loom::v1::JobService::Stub> jobs_;
-  std::unique_ptr<loom::v1::NodeService::Stub> nodes_;
-  std::unique_ptr<loom::v1::ScalingService::Stub> scaling_;
-  std::mutex wire_mu_;  // (not absl::Mutex: Debian's Abseil checks lock order on first use)
-  // Null: every call on gRPC. Set by the constructor and never replaced; wire_mu_ serializes its
-  // calls.
-  std::unique_ptr<WireClient> wire_;
-  std::optional<WireTls> wire_tls_;  // the WireClient's TLS files, for the persistent connection
+  const std::string server_;
+  const absl::Duration rpc_timeout_;
+  const std::string token_;
+  const std::optional<WireTls> tls_;  // nullopt: plaintext
+
+  std::mutex pool_mu_;  // (not absl::Mutex: Debian's Abseil checks lock order on first use)
+  std::vector<std::unique_ptr<WireClient>> idle_;  // guarded by pool_mu_
+
+  std::mutex persist_mu_;  // serializes the calls through the persistent connection
   absl::Duration persist_idle_ = absl::ZeroDuration();  // zero: no persistent connection
   std::ostream* persist_warnings_ = nullptr;
-  bool persist_warned_ = false;  // guarded by wire_mu_
+  bool persist_warned_ = false;  // guarded by persist_mu_
 };
+
+// Parses a serialized message from a stream into `out`; false when it is not one.
+bool ParseStreamMessage(std::string_view bytes, google::protobuf::MessageLite* out);
 
 }  // namespace loom::client

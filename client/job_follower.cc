@@ -2,11 +2,12 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "client/job_format.h"
-#include "common/grpc_status.h"
 
 namespace loom::client {
 namespace {
@@ -52,37 +53,34 @@ absl::StatusOr<loom::v1::Job> FollowJob(Connection& connection, const std::strin
   absl::Time last_contact = absl::Now();
   absl::Duration backoff = options.retry_initial;
   while (true) {
-    absl::Status stream_status;
-    {
-      grpc::ClientContext context;
-      connection.PrepareStream(&context);
-      loom::v1::WatchJobRequest request;
-      request.set_name(name);
-      std::unique_ptr<grpc::ClientReaderInterface<loom::v1::JobUpdate>> reader =
-          connection.jobs().WatchJob(&context, request);
+    loom::v1::WatchJobRequest watch;
+    watch.set_name(name);
+    std::optional<loom::v1::Job> final_job;
+    bool malformed = false;
+    absl::Status stream_status = connection.Stream(rpc::kWatchJob, watch, [&](std::string_view m) {
       loom::v1::JobUpdate update;
-      while (reader->Read(&update)) {
-        had_contact = true;
-        last_contact = absl::Now();
-        backoff = options.retry_initial;
-        on_update(update.job());
-        if (IsTerminal(update.job().state())) {
-          context.TryCancel();
-          reader->Finish();
-          return update.job();
-        }
+      if (!ParseStreamMessage(m, &update)) return !(malformed = true);
+      had_contact = true;
+      last_contact = absl::Now();
+      backoff = options.retry_initial;
+      on_update(update.job());
+      if (IsTerminal(update.job().state())) {
+        final_job = update.job();
+        return false;  // cancels the stream
       }
-      stream_status = FromGrpcStatus(reader->Finish());
+      return true;
+    });
+    if (final_job.has_value()) return *std::move(final_job);
+    if (stream_status.ok() && malformed) {
+      stream_status = absl::InternalError("loomd sent a job update that does not parse");
     }
     if (!stream_status.ok() && !(had_contact && IsTransient(stream_status))) return stream_status;
 
     // The stream ended before a terminal state: the job may have ended meanwhile.
-    grpc::ClientContext context;
-    connection.PrepareUnary(&context);
     loom::v1::GetJobRequest request;
     request.set_name(name);
     loom::v1::Job job;
-    const absl::Status get_status = FromGrpcStatus(connection.GetJob(&context, request, &job));
+    const absl::Status get_status = connection.Call(rpc::kGetJob, request, &job);
     if (get_status.ok()) {
       had_contact = true;
       last_contact = absl::Now();

@@ -16,7 +16,7 @@
 #include "client/commands.h"
 #include "client/scale_test_command.h"
 #include "client/trace_command.h"
-#include "common/tls.h"
+#include "common/tls_files.h"
 
 namespace loom::client {
 

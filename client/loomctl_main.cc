@@ -19,7 +19,7 @@
 #include "client/persist_mux.h"
 #include "client/scale_test_command.h"
 #include "client/trace_command.h"
-#include "common/tls.h"
+#include "common/tls_files.h"
 
 namespace {
 
@@ -66,38 +66,12 @@ int main(int argc, char** argv) {
   }
   const absl::Duration rpc_timeout =
       absl::Milliseconds(static_cast<int64_t>(f.timeout_seconds * 1000));
-  // The unary calls of scripts go on the wire without gRPC's runtime (client/wire_client.h):
-  // plaintext, or TLS against a --tls-ca; unless LOOM_CLIENT_TRANSPORT=grpc asks for gRPC's.
-  // TLS against the system's roots: everything through gRPC.
-  std::unique_ptr<Connection> connection;
-  const char* transport = std::getenv("LOOM_CLIENT_TRANSPORT");
-  const bool grpc_only = transport != nullptr && std::string_view(transport) == "grpc";
-  if (*plaintext) {
-    connection = std::make_unique<Connection>(
-        address, rpc_timeout, *bearer, grpc_only ? UnaryTransport::kGrpc : UnaryTransport::kWire);
-  } else if (!tls.ca.empty() && !grpc_only) {
-    // TLS against the given CA: the unary calls on the wire too; gRPC's credentials (the same
-    // files, checked above) only if a stream or another call needs the channel.
-    connection = std::make_unique<Connection>(
-        address, rpc_timeout, *bearer, WireTls{tls.ca, tls.cert, tls.key},
-        [tls, insecure = f.insecure, address] {
-          absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
-              loom::MakeChannelCredentials(tls, insecure, address, "--tls");
-          if (!credentials.ok()) {  // the files changed since they were checked
-            std::cerr << "loomctl: " << credentials.status().message() << "\n";
-            std::exit(kExitInvalidInput);
-          }
-          return *credentials;
-        });
-  } else {
-    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
-        loom::MakeChannelCredentials(tls, f.insecure, address, "--tls");
-    if (!credentials.ok()) {
-      std::cerr << "loomctl: " << credentials.status().message() << "\n";
-      return kExitInvalidInput;
-    }
-    connection = std::make_unique<Connection>(address, rpc_timeout, *credentials, *bearer);
-  }
+  // Every call goes on the wire (client/wire_client.h): loomctl does not link gRPC's runtime.
+  // TLS verifies loomd against --tls-ca, or the system's roots when none is given.
+  std::unique_ptr<Connection> connection =
+      *plaintext ? std::make_unique<Connection>(address, rpc_timeout, *bearer)
+                 : std::make_unique<Connection>(address, rpc_timeout, *bearer,
+                                                WireTls{tls.ca, tls.cert, tls.key});
   if (f.persist.empty()) {
     if (const char* env = std::getenv("LOOM_PERSIST"); env != nullptr) f.persist = env;
   }

@@ -632,7 +632,8 @@ int RunPersistMux(int argc, char** argv) {
   };
   const std::string socket_path = argv[2];
   std::optional<WireTls> tls;
-  if (argc == 10 && argv[7][0] != '\0') tls = WireTls{argv[7], argv[8], argv[9]};
+  // The TLS files come only for a TLS server; an empty CA means the system's roots.
+  if (argc == 10) tls = WireTls{argv[7], argv[8], argv[9]};
   ::signal(SIGPIPE, SIG_IGN);
   ::umask(077);
 

@@ -11,7 +11,6 @@
 #include "client/output_format.h"
 #include "client/request_id.h"
 #include "client/scale_plot.h"
-#include "common/grpc_status.h"
 #include "common/spec_yaml.h"
 
 namespace loom::client {
@@ -121,10 +120,7 @@ int RunScaleTest(CommandContext& ctx, const ScaleTestArgs& args) {
   request.set_request_id(args.request_id.empty() ? NewRequestId() : args.request_id);
   ScaleTest test;
   {
-    grpc::ClientContext context;
-    ctx.connection->PrepareUnary(&context);
-    const absl::Status s =
-        FromGrpcStatus(ctx.connection->scaling().CreateScaleTest(&context, request, &test));
+    const absl::Status s = ctx.connection->Call(rpc::kCreateScaleTest, request, &test);
     if (!s.ok()) return Fail(ctx, s);
   }
   *ctx.err << "scale-test " << test.name() << ": " << devices->size() << " sizes, one at a time"
@@ -132,13 +128,10 @@ int RunScaleTest(CommandContext& ctx, const ScaleTestArgs& args) {
   std::string last;
   while (!Terminal(test.state())) {
     std::this_thread::sleep_for(absl::ToChronoMilliseconds(args.poll));
-    grpc::ClientContext context;
-    ctx.connection->PrepareUnary(&context);
     loom::v1::GetScaleTestRequest get;
     get.set_name(test.name());
     ScaleTest next;
-    const absl::Status s =
-        FromGrpcStatus(ctx.connection->scaling().GetScaleTest(&context, get, &next));
+    const absl::Status s = ctx.connection->Call(rpc::kGetScaleTest, get, &next);
     if (!s.ok()) return Fail(ctx, s);
     test = std::move(next);
     if (test.state_reason() != last) {

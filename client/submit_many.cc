@@ -12,7 +12,6 @@
 #include "client/exit_codes.h"
 #include "client/output_format.h"
 #include "client/request_id.h"
-#include "common/grpc_status.h"
 #include "common/spec_yaml.h"
 #include "loom/v1/job.pb.h"
 
@@ -73,11 +72,8 @@ int SubmitMany(CommandContext& ctx, const SubmitArgs& args) {
     *request.mutable_spec() = *std::move(*specs[i]);
     request.set_request_id(args.request_id.empty() ? NewRequestId()
                                                    : absl::StrCat(args.request_id, "-", i + 1));
-    grpc::ClientContext context;
-    ctx.connection->PrepareUnary(&context);
     loom::v1::Job job;
-    const absl::Status s =
-        FromGrpcStatus(ctx.connection->jobs().CreateJob(&context, request, &job));
+    const absl::Status s = ctx.connection->Call(rpc::kCreateJob, request, &job);
     if (s.ok()) {
       jobs[i] = std::move(job);
     } else {

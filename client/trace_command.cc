@@ -11,9 +11,8 @@
 #include "client/exit_codes.h"
 #include "client/job_name.h"
 #include "client/trace_json.h"
-#include "common/grpc_status.h"
 #include "common/status_macros.h"
-#include "loom/v1/job.grpc.pb.h"
+#include "loom/v1/job.pb.h"
 
 namespace loom::client {
 namespace {
@@ -37,12 +36,10 @@ absl::StatusOr<loom::v1::JobState> WaitForSteps(CommandContext& ctx, const std::
                                                 int64_t last_step, absl::Duration wait) {
   const absl::Time deadline = absl::Now() + wait;
   for (;;) {
-    grpc::ClientContext context;
-    ctx.connection->PrepareUnary(&context);
     loom::v1::GetJobRequest request;
     request.set_name(name);
     loom::v1::Job job;
-    RETURN_IF_ERROR(FromGrpcStatus(ctx.connection->GetJob(&context, request, &job)));
+    RETURN_IF_ERROR(ctx.connection->Call(rpc::kGetJob, request, &job));
     const bool ended = job.state() == loom::v1::SUCCEEDED || job.state() == loom::v1::FAILED ||
                        job.state() == loom::v1::CANCELLED;
     // The step the job reports is the last one done; the ring holds it once it was reported.
@@ -85,15 +82,12 @@ int RunTrace(CommandContext& ctx, const TraceArgs& args) {
                      absl::Seconds(std::min(args.wait_seconds, 86400.0)));
     if (!state.ok()) return Fail(ctx, state.status());
   }
-  grpc::ClientContext context;
-  ctx.connection->PrepareUnary(&context);
   loom::v1::GetJobTraceRequest request;
   request.set_name(*name);
   request.set_first_step(steps->first);
   request.set_last_step(steps->last);
   loom::v1::JobTrace trace;
-  const absl::Status s =
-      FromGrpcStatus(ctx.connection->jobs().GetJobTrace(&context, request, &trace));
+  const absl::Status s = ctx.connection->Call(rpc::kGetJobTrace, request, &trace);
   if (!s.ok()) return Fail(ctx, s);
 
   const bool to_stdout = args.file == "-";

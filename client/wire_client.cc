@@ -45,6 +45,12 @@ struct CallState {
   bool too_large = false;
   bool closed = false;
   uint32_t reset_code = 0;  // the HTTP/2 error code that closed the stream; 0 when it ended well
+  // A server stream (CallStream): each whole message goes to `on_message` as it arrives, and
+  // `body` keeps only what follows the last one (from `consumed` on).
+  absl::FunctionRef<bool(std::string_view)>* on_message = nullptr;
+  size_t consumed = 0;
+  bool stopped = false;     // on_message asked for no more
+  bool compressed = false;  // a message came compressed, which was not asked for
 };
 
 // Milliseconds until `deadline`, for poll(): at least 0, at most a day.
@@ -54,13 +60,16 @@ int PollTimeout(absl::Time deadline) {
   return static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left), 86'400'000) + 1);
 }
 
-// Waits until `fd` is ready for `events`; false at the deadline.
+// Waits until `fd` is ready for `events`; false at the deadline (never, for InfiniteFuture).
 bool WaitFor(int fd, short events, absl::Time deadline) {
   for (;;) {
     pollfd p{fd, events, 0};
     const int n = ::poll(&p, 1, PollTimeout(deadline));
     if (n > 0) return true;
-    if (n == 0) return false;
+    if (n == 0) {
+      if (deadline == absl::InfiniteFuture()) continue;
+      return false;
+    }
     if (errno != EINTR) return true;  // let the read or write report the error
   }
 }
@@ -127,10 +136,43 @@ int OnHeader(nghttp2_session*, const nghttp2_frame* frame, const uint8_t* name, 
   return 0;
 }
 
+// A server stream's data: hands every whole message to the caller, keeps the rest.
+void DeliverMessages(CallState* call, const uint8_t* data, size_t len) {
+  call->body.append(reinterpret_cast<const char*>(data), len);
+  while (!call->stopped && !call->too_large && !call->compressed) {
+    const size_t left = call->body.size() - call->consumed;
+    if (left < 5) break;
+    const auto* b = reinterpret_cast<const unsigned char*>(call->body.data() + call->consumed);
+    const uint64_t length =
+        (uint64_t{b[1]} << 24) | (uint64_t{b[2]} << 16) | (uint64_t{b[3]} << 8) | uint64_t{b[4]};
+    if (b[0] != 0) {
+      call->compressed = true;
+      break;
+    }
+    if (length > kWireMaxResponseBytes) {
+      call->too_large = true;
+      break;
+    }
+    if (left < 5 + length) break;
+    const std::string_view message(call->body.data() + call->consumed + 5, length);
+    call->consumed += 5 + length;
+    if (!(*call->on_message)(message)) call->stopped = true;
+  }
+  // Drop what was delivered once it is most of the buffer, so a long stream stays small.
+  if (call->consumed > 0 && call->consumed * 2 >= call->body.size()) {
+    call->body.erase(0, call->consumed);
+    call->consumed = 0;
+  }
+}
+
 int OnDataChunk(nghttp2_session*, uint8_t, int32_t stream_id, const uint8_t* data, size_t len,
                 void* user_data) {
   auto* call = static_cast<CallState*>(user_data);
   if (call == nullptr || stream_id != call->stream_id || call->too_large) return 0;
+  if (call->on_message != nullptr) {
+    DeliverMessages(call, data, len);
+    return 0;
+  }
   // One message and its 5-byte prefix at most; more is refused rather than buffered.
   if (call->body.size() + len > kWireMaxResponseBytes + 5) {
     call->too_large = true;
@@ -326,7 +368,13 @@ struct WireClient::Session {
       return grpc::Status(StatusCode::INTERNAL, absl::StrCat("TLS: ", OpenSslErrors()));
     }
     SSL_CTX_set_verify(tls_ctx, SSL_VERIFY_PEER, nullptr);
-    if (SSL_CTX_load_verify_locations(tls_ctx, tls.ca.c_str(), nullptr) != 1) {
+    if (tls.ca.empty()) {
+      if (SSL_CTX_set_default_verify_paths(tls_ctx) != 1) {
+        return grpc::Status(StatusCode::FAILED_PRECONDITION,
+                            absl::StrCat("TLS: cannot load the system's trusted certificates (",
+                                         OpenSslErrors(), "); give the server's CA with --tls-ca"));
+      }
+    } else if (SSL_CTX_load_verify_locations(tls_ctx, tls.ca.c_str(), nullptr) != 1) {
       return grpc::Status(
           StatusCode::FAILED_PRECONDITION,
           absl::StrCat("--tls-ca: cannot load \"", tls.ca, "\": ", OpenSslErrors()));
@@ -541,6 +589,22 @@ grpc::Status WireClient::CallSerialized(std::string_view path, std::string_view 
   return status;
 }
 
+grpc::Status WireClient::CallStream(std::string_view path,
+                                    const google::protobuf::MessageLite& request,
+                                    absl::FunctionRef<bool(std::string_view)> on_message,
+                                    absl::Time deadline) {
+  const size_t size = request.ByteSizeLong();
+  absl::StatusOr<std::string> framed = FramedRequest(size);
+  if (!framed.ok()) {
+    return grpc::Status(StatusCode::INVALID_ARGUMENT, std::string(framed.status().message()));
+  }
+  if (!request.SerializeToArray(framed->data() + 5, static_cast<int>(size))) {
+    return grpc::Status(StatusCode::INTERNAL, "cannot serialize the request");
+  }
+  std::string unused;
+  return Exchange(path, *std::move(framed), deadline, token_, &unused, &on_message);
+}
+
 int WireClient::session_fd() const { return session_ == nullptr ? -1 : session_->fd; }
 
 void WireClient::DropSessionIfClosed() {
@@ -567,7 +631,8 @@ void WireClient::DropSessionIfClosed() {
 
 grpc::Status WireClient::Exchange(std::string_view path, std::string framed_request,
                                   absl::Time deadline, std::string_view token,
-                                  std::string* framed_answer) {
+                                  std::string* framed_answer,
+                                  absl::FunctionRef<bool(std::string_view)>* on_message) {
   if (!IsSendableHeaderValue(token)) {
     return grpc::Status(StatusCode::INVALID_ARGUMENT,
                         "the bearer token has a character that cannot be sent in a header "
@@ -581,6 +646,7 @@ grpc::Status WireClient::Exchange(std::string_view path, std::string framed_requ
   }
   CallState call;
   call.request = std::move(framed_request);
+  call.on_message = on_message;
 
   const std::string timeout = GrpcTimeoutHeader(deadline - absl::Now());
   const std::string bearer = token.empty() ? "" : absl::StrCat("Bearer ", std::string(token));
@@ -592,8 +658,9 @@ grpc::Status WireClient::Exchange(std::string_view path, std::string framed_requ
       Header("te", "trailers"),
       Header("content-type", "application/grpc"),
       Header("user-agent", "loomctl-wire"),
-      Header("grpc-timeout", timeout),
   };
+  // A call without a deadline (a stream) sends none: the server then sets none either.
+  if (deadline != absl::InfiniteFuture()) headers.push_back(Header("grpc-timeout", timeout));
   if (!bearer.empty()) headers.push_back(Header("authorization", bearer));
   nghttp2_data_provider body{};
   body.read_callback = ReadRequest;
@@ -610,7 +677,7 @@ grpc::Status WireClient::Exchange(std::string_view path, std::string framed_requ
                           absl::StrCat("HTTP/2: ", nghttp2_strerror(call.stream_id)));
     }
     uint8_t buf[16 << 10];
-    while (!call.closed) {
+    while (!call.closed && !call.stopped) {
       if (grpc::Status f = s.Flush(deadline); !f.ok()) return f;
       if (!nghttp2_session_want_read(s.h2) && !nghttp2_session_want_write(s.h2)) {
         return grpc::Status(StatusCode::UNAVAILABLE, "the server ended the HTTP/2 connection");
@@ -637,6 +704,11 @@ grpc::Status WireClient::Exchange(std::string_view path, std::string framed_requ
                          nghttp2_strerror(static_cast<int>(used)), ")"));
       }
     }
+    if (call.stopped && !call.closed) {
+      // The caller wants no more of the stream: cancel it, as gRPC's TryCancel does.
+      nghttp2_submit_rst_stream(s.h2, NGHTTP2_FLAG_NONE, call.stream_id, NGHTTP2_CANCEL);
+      if (grpc::Status f = s.Flush(deadline); !f.ok()) return f;
+    }
     return grpc::Status::OK;
   }();
   nghttp2_session_set_user_data(s.h2, nullptr);
@@ -655,6 +727,10 @@ grpc::Status WireClient::Exchange(std::string_view path, std::string framed_requ
         StatusCode::RESOURCE_EXHAUSTED,
         absl::StrCat("the answer is larger than ", kWireMaxResponseBytes, " bytes"));
   }
+  if (call.compressed) {
+    return grpc::Status(StatusCode::INTERNAL, "the answer is compressed, which was not asked for");
+  }
+  if (call.stopped) return grpc::Status::OK;
   if (call.grpc_status.has_value() && *call.grpc_status != 0) {
     return grpc::Status(static_cast<StatusCode>(*call.grpc_status), call.grpc_message);
   }
@@ -680,6 +756,12 @@ grpc::Status WireClient::Exchange(std::string_view path, std::string framed_requ
                                        nghttp2_http2_strerror(call.reset_code), ")"));
     }
     return grpc::Status(StatusCode::INTERNAL, "the answer ended without a grpc-status");
+  }
+  if (on_message != nullptr) {
+    if (call.body.size() > call.consumed) {
+      return grpc::Status(StatusCode::INTERNAL, "the stream ended inside a message");
+    }
+    return grpc::Status::OK;
   }
   // Exactly one uncompressed message (this client asks for no compression).
   if (call.body.size() < 5) {

@@ -1,15 +1,20 @@
-// Unary gRPC calls spoken on the wire (HTTP/2 through libnghttp2, messages through protobuf),
-// without gRPC's runtime. Why: a loomctl process lives for one call, and on a small machine
-// gRPC's runtime start and its channel cost more CPU than everything else the call does (about
-// 1.4 ms of a 3.2 ms submit, docs/benchmarks.md): its threads, its pollers and its resolver exist
-// to serve many calls over a long life. A plaintext unary call needs none of that.
+// gRPC calls spoken on the wire (HTTP/2 through libnghttp2, messages through protobuf), without
+// gRPC's runtime: unary calls and server streams, plaintext or TLS. Why: a loomctl process lives
+// for one call, and on a small machine gRPC's runtime start and its channel cost more CPU than
+// everything else the call does (about 1.4 ms of a 3.2 ms submit, docs/benchmarks.md): its
+// threads, its pollers and its resolver exist to serve many calls over a long life. Even linked
+// and never started, gRPC's static initializers and the pages they touch cost every loomctl
+// process about a quarter of a millisecond, so loomctl makes every call here and does not link
+// gRPC's runtime at all.
 //
 // What it speaks (the gRPC-over-HTTP/2 protocol, as loomd's gRPC server expects it): a POST to
 // /package.Service/Method with content-type application/grpc, "te: trailers", the deadline as
 // grpc-timeout and the bearer token as authorization; one length-prefixed, uncompressed request
 // message; the answer's grpc-status and grpc-message from its trailers (or its headers, for a
 // trailers-only answer). Plaintext, or TLS through OpenSSL (WireTls: the server verified against
-// a CA file and by its name, a client certificate for mutual TLS when given, ALPN "h2").
+// a CA file, or the system's trusted certificates when none is given, and by its name; a client
+// certificate for mutual TLS when given; ALPN "h2"). A server stream's messages are handed to
+// the caller one by one as they arrive.
 //
 // Threading: none of its own. One call at a time per WireClient; the connection stays open
 // between calls and is opened again after any transport error, or before a call when the server
@@ -27,6 +32,7 @@
 #include <string>
 #include <string_view>
 
+#include "absl/functional/function_ref.h"
 #include "absl/time/time.h"
 #include "google/protobuf/message_lite.h"
 
@@ -37,7 +43,7 @@ inline constexpr size_t kWireMaxResponseBytes = 64 << 20;
 
 // TLS for a WireClient: PEM files, as loomctl's --tls-ca, --tls-cert and --tls-key.
 struct WireTls {
-  std::string ca;    // verifies the server (required)
+  std::string ca;    // verifies the server; empty: the system's trusted certificates
   std::string cert;  // with key: presented to the server (mutual TLS)
   std::string key;
 };
@@ -74,6 +80,15 @@ class WireClient {
   // `response` is only written when the status is OK.
   grpc::Status CallSerialized(std::string_view path, std::string_view request,
                               std::string* response, absl::Time deadline, std::string_view token);
+  // A server-streaming call: `on_message` gets each answer message (serialized, without gRPC's
+  // prefix) as it arrives, and returns false to want no more, which cancels the call (as gRPC's
+  // TryCancel) and returns OK. Otherwise returns the server's status when it ends the stream, or
+  // a transport failure as Call does (a message larger than kWireMaxResponseBytes is
+  // RESOURCE_EXHAUSTED). `deadline` may be absl::InfiniteFuture(): no grpc-timeout is sent and
+  // the call waits as long as the server keeps it open.
+  grpc::Status CallStream(std::string_view path, const google::protobuf::MessageLite& request,
+                          absl::FunctionRef<bool(std::string_view)> on_message,
+                          absl::Time deadline);
 
   // Takes what the server sent to the open session since the last call (a PING, TLS session
   // tickets) and closes the session when the server has ended it (GOAWAY, EOF), so that a
@@ -89,9 +104,11 @@ class WireClient {
   grpc::Status Connect(absl::Time deadline);
   // The call itself: `framed_request` is the request message after gRPC's 5-byte prefix; on OK
   // `*framed_answer` is the answer's body, checked to be exactly one uncompressed message after
-  // its prefix. Call and CallSerialized differ only in how they make and read those.
+  // its prefix. Call and CallSerialized differ only in how they make and read those. With
+  // `on_message`, a server stream: the messages go there instead (CallStream).
   grpc::Status Exchange(std::string_view path, std::string framed_request, absl::Time deadline,
-                        std::string_view token, std::string* framed_answer);
+                        std::string_view token, std::string* framed_answer,
+                        absl::FunctionRef<bool(std::string_view)>* on_message = nullptr);
   // Over the connected `fd` (taken over): TLS with `host` as the name to verify, when tls_ is
   // set, then HTTP/2's settings.
   grpc::Status StartSession(int fd, const std::string& host, absl::Time deadline);

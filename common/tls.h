@@ -16,22 +16,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/tls_files.h"
 
 namespace loom {
 
 inline constexpr unsigned kTlsRefreshSeconds = 2;
-
-// PEM files. `cert` and `key` go together (both or neither); `ca` is the bundle that verifies the
-// peer: a server's clients (mutual TLS), a client's server.
-struct TlsFiles {
-  std::string cert;
-  std::string key;
-  std::string ca;
-  bool enabled() const { return !cert.empty() || !key.empty() || !ca.empty(); }
-};
-
-// True for 127.0.0.0/8, ::1 and "localhost".
-bool IsLoopbackHost(absl::string_view host);
 
 // Credentials for a server listening on `listen` (HOST:PORT). `flag_prefix` names the flags in
 // errors (e.g. "--tls" for --tls-cert/--tls-key/--tls-client-ca). With cert and key: TLS; with
@@ -42,22 +31,11 @@ bool IsLoopbackHost(absl::string_view host);
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const TlsFiles& files, bool insecure, absl::string_view listen, absl::string_view flag_prefix);
 
-// Whether MakeChannelCredentials(files, insecure, target, flag_prefix) makes plaintext
-// credentials (true) or TLS ones (false), with the same checks and errors (the CA file is read),
-// and without making any: creating gRPC credentials starts gRPC's runtime, which loomctl's wire
-// calls avoid.
-absl::StatusOr<bool> ChannelIsPlaintext(const TlsFiles& files, bool insecure,
-                                        absl::string_view target, absl::string_view flag_prefix);
-
 // Credentials for a client of `target` (HOST:PORT). With `files.ca`: TLS verifying the server
 // against it (and presenting cert/key when given: mutual TLS). With only cert/key: TLS against
 // the system's roots. Without files: plaintext when `insecure` or the target is loopback (the
 // local development default), else TLS against the system's roots.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
     const TlsFiles& files, bool insecure, absl::string_view target, absl::string_view flag_prefix);
-
-// Reads a bearer token from `path` (named by `flag` in errors): one line, surrounding whitespace
-// dropped; FAILED_PRECONDITION when the file is readable by group or others (chmod 600) or empty.
-absl::StatusOr<std::string> ReadTokenFile(const std::string& path, absl::string_view flag);
 
 }  // namespace loom

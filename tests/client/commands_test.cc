@@ -200,9 +200,9 @@ Job MakeJob(loom::v1::JobState state, int64_t step) {
   return job;
 }
 
-// Every command test runs over both transports of a plaintext connection: the wire calls
-// (client/wire_client.h) and gRPC's stubs.
-class CommandsTest : public ::testing::TestWithParam<UnaryTransport> {
+// The commands over a plaintext connection, which makes every call on the wire
+// (client/wire_client.h), against a real gRPC server.
+class CommandsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     grpc::ServerBuilder builder;
@@ -212,8 +212,8 @@ class CommandsTest : public ::testing::TestWithParam<UnaryTransport> {
     builder.RegisterService(&nodes_);
     server_ = builder.BuildAndStart();
     ASSERT_NE(server_, nullptr);
-    connection_ = std::make_unique<Connection>("127.0.0.1:" + std::to_string(port),
-                                               absl::Seconds(5), "", GetParam());
+    connection_ =
+        std::make_unique<Connection>("127.0.0.1:" + std::to_string(port), absl::Seconds(5), "");
     ctx_.connection = connection_.get();
     ctx_.out = &out_;
     ctx_.err = &err_;
@@ -249,7 +249,7 @@ class CommandsTest : public ::testing::TestWithParam<UnaryTransport> {
 
 // `loomctl doctor JOB`: the findings with their fix, gain and evidence, per stage and per rank;
 // -o json is the JobReport; an unknown job is the server's NOT_FOUND.
-TEST_P(CommandsTest, DoctorPrintsTheFindings) {
+TEST_F(CommandsTest, DoctorPrintsTheFindings) {
   loom::v1::JobReport& r = jobs_.report;
   r.set_job("jobs/j1");
   r.set_generation(1);
@@ -302,7 +302,7 @@ TEST_P(CommandsTest, DoctorPrintsTheFindings) {
   EXPECT_NE(err_.str().find("not found"), std::string::npos) << err_.str();
 }
 
-TEST_P(CommandsTest, SubmitSendsTheSpecAndAFreshRequestId) {
+TEST_F(CommandsTest, SubmitSendsTheSpecAndAFreshRequestId) {
   const std::string file = WriteSpec("resources: {cpu_devices: 2}\ndata: {path: t.bin}\n");
   EXPECT_EQ(RunSubmit(ctx_, {.files = {file}}), 0);
   EXPECT_EQ(RunSubmit(ctx_, {.files = {file}}), 0);
@@ -324,7 +324,7 @@ TEST_P(CommandsTest, SubmitSendsTheSpecAndAFreshRequestId) {
 
 // A sweep: every file is a job, created over the one connection, printed in the order of the
 // files; --request-id gives the i-th file ID-i, so the same command again gets the same jobs.
-TEST_P(CommandsTest, SubmitOfSeveralSpecsCreatesAJobEachInTheirOrder) {
+TEST_F(CommandsTest, SubmitOfSeveralSpecsCreatesAJobEachInTheirOrder) {
   jobs_.name_by_spec = true;
   std::vector<std::string> files;
   for (int i = 0; i < 20; ++i) {
@@ -353,7 +353,7 @@ TEST_P(CommandsTest, SubmitOfSeveralSpecsCreatesAJobEachInTheirOrder) {
 
 // One bad spec: nothing is sent at all. A job the server refuses: the others are created, the
 // refusal names its file, and the exit code is the refusal's. --wait and stdin are for one spec.
-TEST_P(CommandsTest, ASweepSendsNothingWhenASpecIsBadAndReportsRefusalsByFile) {
+TEST_F(CommandsTest, ASweepSendsNothingWhenASpecIsBadAndReportsRefusalsByFile) {
   jobs_.name_by_spec = true;
   const std::string good = WriteSpec("name: good\n", "good.yaml");
   const std::string bad = WriteSpec("name: [\n", "bad.yaml");
@@ -381,7 +381,7 @@ TEST_P(CommandsTest, ASweepSendsNothingWhenASpecIsBadAndReportsRefusalsByFile) {
 
 // A loomd older than spec_yaml finds no spec in the request: loomctl parses the file itself and
 // sends the spec, under the same request_id; a bad file is then refused by loomctl's own parse.
-TEST_P(CommandsTest, AnOlderLoomdGetsTheParsedSpec) {
+TEST_F(CommandsTest, AnOlderLoomdGetsTheParsedSpec) {
   jobs_.before_spec_yaml = true;
   const std::string file = WriteSpec("resources: {cpu_devices: 2}\ndata: {path: t.bin}\n");
   EXPECT_EQ(RunSubmit(ctx_, {.files = {file}, .request_id = "r1"}), 0) << err_.str();
@@ -399,7 +399,7 @@ TEST_P(CommandsTest, AnOlderLoomdGetsTheParsedSpec) {
 }
 
 // loomd's answer to a bad file names the file, line and column, as loomctl's own parse did.
-TEST_P(CommandsTest, BadYamlIsExit2NamingTheLineAndNoJobIsCreated) {
+TEST_F(CommandsTest, BadYamlIsExit2NamingTheLineAndNoJobIsCreated) {
   const std::string file = WriteSpec("resources: {cpu_devices: 2\n");
   EXPECT_EQ(RunSubmit(ctx_, {.files = {file}}), 2);
   EXPECT_THAT(err_.str(), HasSubstr("job.yaml:2:1: YAML syntax error"));
@@ -408,7 +408,7 @@ TEST_P(CommandsTest, BadYamlIsExit2NamingTheLineAndNoJobIsCreated) {
 
 // A file that cannot be read, or is far too large to be a spec, is refused before anything is
 // sent.
-TEST_P(CommandsTest, UnreadableOrHugeSpecFileIsExit2AndNothingIsSent) {
+TEST_F(CommandsTest, UnreadableOrHugeSpecFileIsExit2AndNothingIsSent) {
   EXPECT_EQ(RunSubmit(ctx_, {.files = {(dir_ / "missing.yaml").string()}}), 2);
   EXPECT_THAT(err_.str(), HasSubstr("cannot read job spec"));
   EXPECT_EQ(RunSubmit(ctx_, {.files = {"/dev/zero"}}), 2);
@@ -416,14 +416,14 @@ TEST_P(CommandsTest, UnreadableOrHugeSpecFileIsExit2AndNothingIsSent) {
   EXPECT_TRUE(jobs_.sent.empty());
 }
 
-TEST_P(CommandsTest, ServerRejectionIsExit2WithTheServersMessage) {
+TEST_F(CommandsTest, ServerRejectionIsExit2WithTheServersMessage) {
   jobs_.create_error = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                     "resources.cpu_devices: must be > 0; ask for at least one");
   EXPECT_EQ(RunSubmit(ctx_, {.files = {WriteSpec("name: x\n")}}), 2);
   EXPECT_EQ(err_.str(), "loomctl: resources.cpu_devices: must be > 0; ask for at least one\n");
 }
 
-TEST_P(CommandsTest, UnreachableServerIsExit3NamingTheAddress) {
+TEST_F(CommandsTest, UnreachableServerIsExit3NamingTheAddress) {
   server_->Shutdown();
   Connection dead("127.0.0.1:1", absl::Seconds(5));
   ctx_.connection = &dead;
@@ -432,7 +432,7 @@ TEST_P(CommandsTest, UnreachableServerIsExit3NamingTheAddress) {
   EXPECT_EQ(RunWatch(ctx_, "j1"), 3);
 }
 
-TEST_P(CommandsTest, SubmitWaitFollowsToFailureAndExits1) {
+TEST_F(CommandsTest, SubmitWaitFollowsToFailureAndExits1) {
   jobs_.watches.push_back({{MakeJob(loom::v1::RUNNING, 1), MakeJob(loom::v1::RUNNING, 2),
                             MakeJob(loom::v1::FAILED, 2)}});
   EXPECT_EQ(RunSubmit(ctx_, {.files = {WriteSpec("name: x\n")}, .wait = true}), 1);
@@ -444,7 +444,7 @@ TEST_P(CommandsTest, SubmitWaitFollowsToFailureAndExits1) {
             "jobs/j1 FAILED: rank 1 exited with code 3\n");
 }
 
-TEST_P(CommandsTest, WatchOnATerminalRedrawsInPlace) {
+TEST_F(CommandsTest, WatchOnATerminalRedrawsInPlace) {
   ctx_.out_is_tty = true;
   jobs_.watches.push_back({{MakeJob(loom::v1::RUNNING, 1), MakeJob(loom::v1::SUCCEEDED, 10)}});
   EXPECT_EQ(RunWatch(ctx_, "jobs/j1"), 0);
@@ -454,7 +454,7 @@ TEST_P(CommandsTest, WatchOnATerminalRedrawsInPlace) {
             "jobs/j1 SUCCEEDED (10 steps, final loss 2.0000)\n");
 }
 
-TEST_P(CommandsTest, WatchSurvivesABrokenStream) {
+TEST_F(CommandsTest, WatchSurvivesABrokenStream) {
   jobs_.watches.push_back(
       {{MakeJob(loom::v1::RUNNING, 1)}, grpc::Status(grpc::StatusCode::UNAVAILABLE, "restart")});
   jobs_.watches.push_back({{MakeJob(loom::v1::CANCELLED, 3)}});
@@ -464,7 +464,7 @@ TEST_P(CommandsTest, WatchSurvivesABrokenStream) {
   EXPECT_THAT(out_.str(), HasSubstr("jobs/j1 CANCELLED"));
 }
 
-TEST_P(CommandsTest, WatchJsonKeepsStdoutOneDocument) {
+TEST_F(CommandsTest, WatchJsonKeepsStdoutOneDocument) {
   ctx_.format = OutputFormat::kJson;
   jobs_.watches.push_back({{MakeJob(loom::v1::RUNNING, 1), MakeJob(loom::v1::SUCCEEDED, 10)}});
   EXPECT_EQ(RunWatch(ctx_, "j1"), 0);
@@ -473,14 +473,14 @@ TEST_P(CommandsTest, WatchJsonKeepsStdoutOneDocument) {
   EXPECT_THAT(err_.str(), HasSubstr("jobs/j1 RUNNING  step 1/10"));
 }
 
-TEST_P(CommandsTest, GetUnknownJobIsExit2) {
+TEST_F(CommandsTest, GetUnknownJobIsExit2) {
   EXPECT_EQ(RunGet(ctx_, "nope", false), 2);
   EXPECT_THAT(err_.str(), HasSubstr("not found"));
   EXPECT_EQ(RunGet(ctx_, "nodes/x", false), 2);
   EXPECT_EQ(jobs_.gets.size(), 1u);  // the bad name never reached the server
 }
 
-TEST_P(CommandsTest, GetWaitExitsByTheFinalState) {
+TEST_F(CommandsTest, GetWaitExitsByTheFinalState) {
   jobs_.watches.push_back({{MakeJob(loom::v1::FAILED, 2)}});
   jobs_.current = MakeJob(loom::v1::FAILED, 2);
   EXPECT_EQ(RunGet(ctx_, "j1", true), 1);
@@ -489,7 +489,7 @@ TEST_P(CommandsTest, GetWaitExitsByTheFinalState) {
   EXPECT_EQ(RunGet(ctx_, "j1", false), 0);
 }
 
-TEST_P(CommandsTest, ListFollowsPagesAndFiltersByState) {
+TEST_F(CommandsTest, ListFollowsPagesAndFiltersByState) {
   EXPECT_EQ(RunList(ctx_, "running"), 0);
   ASSERT_EQ(jobs_.lists.size(), 2u);
   EXPECT_EQ(jobs_.lists[0].state(), loom::v1::RUNNING);
@@ -501,7 +501,7 @@ TEST_P(CommandsTest, ListFollowsPagesAndFiltersByState) {
   EXPECT_THAT(err_.str(), HasSubstr("--state: unknown job state 'sleeping'; use one of queued"));
 }
 
-TEST_P(CommandsTest, LogsPassRankAndPrintPerRank) {
+TEST_F(CommandsTest, LogsPassRankAndPrintPerRank) {
   EXPECT_EQ(RunLogs(ctx_, {.job = "j1", .follow = true, .rank = 1}), 0);
   ASSERT_EQ(jobs_.log_requests.size(), 1u);
   EXPECT_TRUE(jobs_.log_requests[0].has_rank());
@@ -514,7 +514,7 @@ TEST_P(CommandsTest, LogsPassRankAndPrintPerRank) {
   EXPECT_EQ(RunLogs(ctx_, {.job = "j1", .rank = -1}), 2);
 }
 
-TEST_P(CommandsTest, CancelAndNodes) {
+TEST_F(CommandsTest, CancelAndNodes) {
   EXPECT_EQ(RunCancel(ctx_, "j1"), 0);
   EXPECT_EQ(out_.str(), "jobs/j1 CANCELLED\n");
   out_.str("");
@@ -525,7 +525,7 @@ TEST_P(CommandsTest, CancelAndNodes) {
   EXPECT_EQ(j["nodes"][0]["state"], "NODE_STATE_READY");
 }
 
-TEST_P(CommandsTest, DrainAndDeleteNodes) {
+TEST_F(CommandsTest, DrainAndDeleteNodes) {
   EXPECT_EQ(RunDrainNode(ctx_, {.node = "w0", .move_jobs = true}), 0);
   ASSERT_EQ(nodes_.drains.size(), 1u);
   EXPECT_EQ(nodes_.drains[0].name(), "nodes/w0");
@@ -543,12 +543,6 @@ TEST_P(CommandsTest, DrainAndDeleteNodes) {
   ASSERT_EQ(nodes_.deletes.size(), 2u);
   EXPECT_TRUE(nodes_.deletes[1].force());
 }
-
-INSTANTIATE_TEST_SUITE_P(Transports, CommandsTest,
-                         ::testing::Values(UnaryTransport::kWire, UnaryTransport::kGrpc),
-                         [](const ::testing::TestParamInfo<UnaryTransport>& info) {
-                           return info.param == UnaryTransport::kWire ? "Wire" : "Grpc";
-                         });
 
 }  // namespace
 }  // namespace loom::client

@@ -12,6 +12,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <set>
 #include <string>
 #include <thread>
@@ -62,6 +66,37 @@ class RecordingJobs : public loom::v1::JobService::Service {
     return grpc::Status::OK;
   }
 
+  // Log lines of 300 bytes each, numbered: `rank` of them and then OK, or with follow set, one
+  // every millisecond until the client cancels (at most 10 s), or for the job "jobs/broken",
+  // two lines and then DATA_LOSS.
+  grpc::Status StreamJobLogs(grpc::ServerContext* context,
+                             const loom::v1::StreamJobLogsRequest* request,
+                             grpc::ServerWriter<loom::v1::LogLine>* writer) override {
+    Record(context);
+    const int count = request->follow()                  ? 10'000
+                      : request->name() == "jobs/broken" ? 2
+                                                         : request->rank();
+    for (int i = 0; i < count; ++i) {
+      if (context->IsCancelled()) {
+        cancelled_.store(true);
+        return grpc::Status::CANCELLED;
+      }
+      loom::v1::LogLine line;
+      line.set_rank(i);
+      line.set_text(std::to_string(i) + std::string(300, 'x'));
+      if (!writer->Write(line)) {
+        cancelled_.store(true);
+        return grpc::Status::CANCELLED;
+      }
+      if (request->follow()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (request->name() == "jobs/broken") {
+      return grpc::Status(grpc::StatusCode::DATA_LOSS, "the log file is gone");
+    }
+    return grpc::Status::OK;
+  }
+  bool cancelled() const { return cancelled_.load(); }
+
   struct Seen {
     std::string authorization;
     std::string user_agent;
@@ -87,6 +122,7 @@ class RecordingJobs : public loom::v1::JobService::Service {
   }
   absl::Mutex mu_;
   std::vector<Seen> seen_;
+  std::atomic<bool> cancelled_{false};
 };
 
 class WireClientTest : public ::testing::Test {
@@ -225,6 +261,147 @@ TEST_F(WireClientTest, NoServerIsUnavailableNamingTheAddress) {
   WireClient bad("no-port-here", "");
   s = bad.Call("/loom.v1.JobService/GetJob", request, &job, In(absl::Seconds(10)));
   EXPECT_NE(s.error_code(), grpc::StatusCode::OK);
+}
+
+TEST_F(WireClientTest, AStreamsMessagesArriveInOrderThenItsStatus) {
+  WireClient client(address_, "tok");
+  loom::v1::StreamJobLogsRequest request;
+  request.set_name("jobs/a");
+  request.set_rank(5'000);  // about 1.5 MB: messages split across DATA frames
+  int next = 0;
+  bool in_order = true;
+  grpc::Status s = client.CallStream(
+      "/loom.v1.JobService/StreamJobLogs", request,
+      [&](std::string_view bytes) {
+        loom::v1::LogLine line;
+        in_order = in_order && line.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())) &&
+                   line.rank() == next &&
+                   line.text() == std::to_string(next) + std::string(300, 'x');
+        ++next;
+        return true;
+      },
+      absl::InfiniteFuture());
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(next, 5'000);
+  EXPECT_TRUE(in_order);
+  const auto seen = jobs_.seen();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].authorization, "Bearer tok");
+  // No deadline was sent: the server has none either.
+  EXPECT_GT(seen[0].deadline_left, absl::Hours(24 * 365));
+
+  // A stream that ends in an error: the messages before it, then the server's status.
+  request.set_name("jobs/broken");
+  next = 0;
+  s = client.CallStream(
+      "/loom.v1.JobService/StreamJobLogs", request,
+      [&](std::string_view) {
+        ++next;
+        return true;
+      },
+      absl::InfiniteFuture());
+  EXPECT_EQ(next, 2);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DATA_LOSS);
+  EXPECT_EQ(s.error_message(), "the log file is gone");
+  // A unary call after the streams, on the same client.
+  loom::v1::GetJobRequest get;
+  get.set_name("jobs/after");
+  loom::v1::Job job;
+  EXPECT_TRUE(client.Call("/loom.v1.JobService/GetJob", get, &job, In(absl::Seconds(10))).ok());
+  EXPECT_EQ(job.name(), "jobs/after");
+}
+
+TEST_F(WireClientTest, AStreamTheCallerHasHadEnoughOfIsCancelledAtTheServer) {
+  WireClient client(address_, "");
+  loom::v1::StreamJobLogsRequest request;
+  request.set_name("jobs/long");
+  request.set_follow(true);  // the server writes for 10 s unless cancelled
+  int got = 0;
+  const absl::Time start = absl::Now();
+  grpc::Status s = client.CallStream(
+      "/loom.v1.JobService/StreamJobLogs", request, [&](std::string_view) { return ++got < 3; },
+      absl::InfiniteFuture());
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(got, 3);
+  // The server saw the cancellation long before its 10 s of writing were over.
+  for (int i = 0; i < 500 && !jobs_.cancelled(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(jobs_.cancelled());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(8));
+}
+
+TEST_F(WireClientTest, AStreamWithADeadlineEndsAtIt) {
+  WireClient client(address_, "");
+  loom::v1::StreamJobLogsRequest request;
+  request.set_name("jobs/long");
+  request.set_follow(true);
+  int got = 0;
+  const absl::Time start = absl::Now();
+  grpc::Status s = client.CallStream(
+      "/loom.v1.JobService/StreamJobLogs", request,
+      [&](std::string_view) {
+        ++got;
+        return true;
+      },
+      In(absl::Milliseconds(300)));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_GT(got, 0);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+std::string ReadWhole(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// TLS as loomctl speaks it to a TLS loomd: against the CA it is given, or against the system's
+// trusted certificates when none is given, which do not hold a development CA.
+TEST(WireClientTls, StreamsOverTlsAndAnUntrustedServerIsRefusedWithoutACa) {
+  const std::string certs = ::testing::TempDir() + "/wire_tls_" + std::to_string(::getpid());
+  ASSERT_EQ(std::system(
+                ("bash " LOOM_SOURCE_DIR "/scripts/dev-certs.sh " + certs + " >/dev/null").c_str()),
+            0);
+  grpc::SslServerCredentialsOptions options;
+  options.pem_key_cert_pairs.push_back(
+      {ReadWhole(certs + "/loomd.key"), ReadWhole(certs + "/loomd.pem")});
+  RecordingJobs jobs;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::SslServerCredentials(options), &port);
+  builder.RegisterService(&jobs);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  const std::string address = "127.0.0.1:" + std::to_string(port);
+  loom::v1::StreamJobLogsRequest request;
+  request.set_name("jobs/a");
+  request.set_rank(50);
+  {
+    WireClient client(address, "", WireTls{certs + "/ca.pem", "", ""});
+    int got = 0;
+    grpc::Status s = client.CallStream(
+        "/loom.v1.JobService/StreamJobLogs", request,
+        [&](std::string_view) {
+          ++got;
+          return true;
+        },
+        absl::Now() + absl::Seconds(30));
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(got, 50);
+  }
+  {
+    WireClient client(address, "", WireTls{"", "", ""});
+    loom::v1::GetJobRequest get;
+    get.set_name("jobs/a");
+    loom::v1::Job job;
+    grpc::Status s =
+        client.Call("/loom.v1.JobService/GetJob", get, &job, absl::Now() + absl::Seconds(30));
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_THAT(s.error_message(), HasSubstr("not trusted"));
+  }
+  EXPECT_EQ(jobs.seen().size(), 1u);  // the refused client's call never arrived
+  server->Shutdown();
+  std::filesystem::remove_all(certs);
 }
 
 // A listener on loopback that, for each connection, reads what arrives for a moment, then writes
