@@ -51,7 +51,10 @@
 #
 # --setup-slurm: installs slurm-wlm and munge with apt-get (needs root) and writes a one-node
 # slurm.conf for this host on loopback (8 CPUs, default scheduler settings), then starts munged,
-# slurmctld and slurmd. Without it, Slurm is measured only when `sinfo` already answers.
+# slurmctld and slurmd, and stops the ones it started when it ends. Without it, Slurm is measured
+# only when `sinfo` already answers.
+#
+# Under the table: each row's figure per round (for the main rows), in the order measured.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -105,9 +108,13 @@ export XDG_RUNTIME_DIR=$tmp/run
 mkdir -m 0700 "$XDG_RUNTIME_DIR"
 kill_muxes() { pkill -f -- "--persist-mux $XDG_RUNTIME_DIR/" 2>/dev/null || true; }
 # A stopped worker (the held rows) ends only once continued: SIGTERM waits for SIGCONT.
+# The Slurm daemons --setup-slurm started are stopped at the end: slurmctld idles at about 5 % of
+# a core here, which would fall on whatever is measured next.
+started_slurm=()
 cleanup() {
   kill_muxes
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null && kill -CONT "$p" 2>/dev/null || true; done
+  for d in "${started_slurm[@]}"; do pkill -x "$d" 2>/dev/null || true; done
   wait 2>/dev/null || true
   [ -n "${LOOM_BENCH_KEEP:-}" ] && echo "kept $tmp" >&2 || rm -rf "$tmp"
 }
@@ -162,13 +169,14 @@ EOF
   [ -f /etc/munge/munge.key ] || mungekey --create >/dev/null 2>&1 || true
   mkdir -p /run/munge
   chown munge:munge /etc/munge/munge.key /run/munge
-  pgrep -x munged >/dev/null || runuser -u munge -- munged
+  pgrep -x munged >/dev/null || { runuser -u munge -- munged && started_slurm+=(munged); }
   # Restarted on the configuration just written, with a clean state (-c drops old jobs).
   pkill -x slurmctld || true
   pkill -x slurmd || true
   while pgrep -x slurmctld >/dev/null || pgrep -x slurmd >/dev/null; do sleep 0.1; done
   slurmctld -c
   slurmd
+  started_slurm=(slurmd slurmctld "${started_slurm[@]}")
   for _ in $(seq 1 50); do sinfo -h >/dev/null 2>&1 && break; sleep 0.2; done
 fi
 have_slurm=0
@@ -492,6 +500,17 @@ for row in start submit submit-tls submit-persist submit-tls-persist storm storm
   fi
   echo
   unset med
+done
+# Every round's figure, in the order measured: how far apart the rounds were says how much of a
+# ratio above is the machine's noise.
+echo "rounds:"
+for row in start submit submit-tls storm storm-tls storm-persist storm-tls-persist turnaround \
+  gap cpu-ranks; do
+  for system in "${systems[@]}"; do
+    values=${results["$system $row"]:-}
+    [ -n "$values" ] || continue
+    printf '  %-18s %-6s %s\n' "$row" "$system" "$(printf '%s' "$values" | tr '\n' ' ')"
+  done
 done
 floor=$(printf '%s' "${results["floor storm"]:-}" | median)
 echo "floor: the storm's loops running /bin/true: $floor jobs/s (a CLI-per-job system's ceiling here)"
