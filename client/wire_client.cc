@@ -554,20 +554,28 @@ absl::StatusOr<std::string> FramedRequest(size_t size) {
   return framed;
 }
 
+// `request` serialized after gRPC's 5-byte prefix, into `*framed`.
+grpc::Status FrameMessage(const google::protobuf::MessageLite& request, std::string* framed) {
+  const size_t size = request.ByteSizeLong();
+  absl::StatusOr<std::string> buffer = FramedRequest(size);
+  if (!buffer.ok()) {
+    return grpc::Status(StatusCode::INVALID_ARGUMENT, std::string(buffer.status().message()));
+  }
+  if (!request.SerializeToArray(buffer->data() + 5, static_cast<int>(size))) {
+    return grpc::Status(StatusCode::INTERNAL, "cannot serialize the request");
+  }
+  *framed = *std::move(buffer);
+  return grpc::Status::OK;
+}
+
 }  // namespace
 
 grpc::Status WireClient::Call(std::string_view path, const google::protobuf::MessageLite& request,
                               google::protobuf::MessageLite* response, absl::Time deadline) {
-  const size_t size = request.ByteSizeLong();
-  absl::StatusOr<std::string> framed = FramedRequest(size);
-  if (!framed.ok()) {
-    return grpc::Status(StatusCode::INVALID_ARGUMENT, std::string(framed.status().message()));
-  }
-  if (!request.SerializeToArray(framed->data() + 5, static_cast<int>(size))) {
-    return grpc::Status(StatusCode::INTERNAL, "cannot serialize the request");
-  }
+  std::string framed;
+  if (grpc::Status f = FrameMessage(request, &framed); !f.ok()) return f;
   std::string body;
-  grpc::Status status = Exchange(path, *std::move(framed), deadline, token_, &body);
+  grpc::Status status = Exchange(path, std::move(framed), deadline, token_, &body);
   if (!status.ok()) return status;
   if (!response->ParseFromArray(body.data() + 5, static_cast<int>(body.size() - 5))) {
     return grpc::Status(StatusCode::INTERNAL, "cannot parse the answer's message");
@@ -593,16 +601,10 @@ grpc::Status WireClient::CallStream(std::string_view path,
                                     const google::protobuf::MessageLite& request,
                                     absl::FunctionRef<bool(std::string_view)> on_message,
                                     absl::Time deadline) {
-  const size_t size = request.ByteSizeLong();
-  absl::StatusOr<std::string> framed = FramedRequest(size);
-  if (!framed.ok()) {
-    return grpc::Status(StatusCode::INVALID_ARGUMENT, std::string(framed.status().message()));
-  }
-  if (!request.SerializeToArray(framed->data() + 5, static_cast<int>(size))) {
-    return grpc::Status(StatusCode::INTERNAL, "cannot serialize the request");
-  }
+  std::string framed;
+  if (grpc::Status f = FrameMessage(request, &framed); !f.ok()) return f;
   std::string unused;
-  return Exchange(path, *std::move(framed), deadline, token_, &unused, &on_message);
+  return Exchange(path, std::move(framed), deadline, token_, &unused, &on_message);
 }
 
 int WireClient::session_fd() const { return session_ == nullptr ? -1 : session_->fd; }
