@@ -66,28 +66,35 @@ void Connection::Release(std::unique_ptr<WireClient> client) {
 absl::Status Connection::Call(std::string_view path, const google::protobuf::MessageLite& request,
                               google::protobuf::MessageLite* response) {
   const absl::Time deadline = absl::Now() + rpc_timeout_;
+  absl::Duration persist_idle;
   {
     std::lock_guard<std::mutex> lock(persist_mu_);
-    if (persist_idle_ > absl::ZeroDuration() && MuxRelays(path)) {
-      std::string bytes, answer, note;
-      if (!request.SerializeToString(&bytes)) {
-        return absl::InternalError("cannot serialize the request");
-      }
-      // A cancel is not repeated after the mux took it: a second one fails on the cancelled job.
-      const bool retry_safe = path != rpc::kCancelJob;
-      std::optional<grpc::Status> status =
-          CallThroughMux(PersistTarget{server_, tls_, persist_idle_}, path, bytes, token_, deadline,
-                         retry_safe, &answer, &note);
-      if (!note.empty() && !persist_warned_ && persist_warnings_ != nullptr) {
+    persist_idle = persist_idle_;
+  }
+  // Calls through the mux may overlap (a sweep's creates): the mux serves each on a connection
+  // of its own, and starting it races safely, as between loomctl processes.
+  if (persist_idle > absl::ZeroDuration() && MuxRelays(path)) {
+    std::string bytes, answer, note;
+    if (!request.SerializeToString(&bytes)) {
+      return absl::InternalError("cannot serialize the request");
+    }
+    // A cancel is not repeated after the mux took it: a second one fails on the cancelled job.
+    const bool retry_safe = path != rpc::kCancelJob;
+    std::optional<grpc::Status> status =
+        CallThroughMux(PersistTarget{server_, tls_, persist_idle}, path, bytes, token_, deadline,
+                       retry_safe, &answer, &note);
+    if (!note.empty()) {
+      std::lock_guard<std::mutex> lock(persist_mu_);
+      if (!persist_warned_ && persist_warnings_ != nullptr) {
         *persist_warnings_ << "loomctl: " << note << "\n";
         persist_warned_ = true;
       }
-      if (status.has_value()) {
-        if (status->ok() && !response->ParseFromString(answer)) {
-          return absl::InternalError("cannot parse the answer's message");
-        }
-        return FromGrpcStatus(*status);
+    }
+    if (status.has_value()) {
+      if (status->ok() && !response->ParseFromString(answer)) {
+        return absl::InternalError("cannot parse the answer's message");
       }
+      return FromGrpcStatus(*status);
     }
   }
   std::unique_ptr<WireClient> client = Acquire();

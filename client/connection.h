@@ -53,8 +53,8 @@ absl::StatusOr<std::string> ResolveToken(const std::string& flag, const std::str
 //
 // Thread-safe: calls from several threads at once each get a WireClient (and so a connection)
 // of their own, taken from a pool of idle ones and put back after the call, so a sweep's
-// concurrent creates overlap as they did on one gRPC channel. A call through the persistent
-// connection (UsePersistentConnection) holds a mutex instead.
+// concurrent creates overlap as they did on one gRPC channel; through the persistent connection
+// (UsePersistentConnection), each is a call of its own to the mux.
 class Connection {
  public:
   // Plaintext (loopback, or --insecure), with `token` sent as "authorization: Bearer TOKEN"
@@ -97,10 +97,10 @@ class Connection {
   std::mutex pool_mu_;  // (not absl::Mutex: Debian's Abseil checks lock order on first use)
   std::vector<std::unique_ptr<WireClient>> idle_;  // guarded by pool_mu_
 
-  std::mutex persist_mu_;  // serializes the calls through the persistent connection
+  std::mutex persist_mu_;                               // guards the three below
   absl::Duration persist_idle_ = absl::ZeroDuration();  // zero: no persistent connection
   std::ostream* persist_warnings_ = nullptr;
-  bool persist_warned_ = false;  // guarded by persist_mu_
+  bool persist_warned_ = false;
 };
 
 // Parses a serialized message from a stream into `out`; false when it is not one.
