@@ -188,6 +188,35 @@ TEST_F(PersistTest, CallsOfSeveralProcessesGoThroughOneMuxAndAnswerAsDirectCalls
   EXPECT_EQ(decoded->code, client::kMuxRefused);
 }
 
+// A TLS target without --tls-ca (only a client certificate: the system's roots verify loomd)
+// stays TLS through the mux. loomd's certificate comes from the development CA, which the
+// system does not trust, so the call must fail on verification, directly and through the mux
+// alike; a mux that took the empty CA for plaintext would fail otherwise (loomd speaks TLS).
+TEST_F(PersistTest, ATlsTargetWithoutACaStaysTlsThroughTheMux) {
+  const std::string certs = cluster_->dir() + "/client-certs";
+  ASSERT_EQ(std::system(absl::StrCat("LOOM_DEV_CLIENTS=user:probe bash ", LOOM_SOURCE_DIR,
+                                     "/scripts/dev-certs.sh ", certs, " >/dev/null 2>&1")
+                            .c_str()),
+            0);
+  const std::vector<std::string> args = {cluster_->loomctl_path(),
+                                         "--server",
+                                         cluster_->loomd_address(),
+                                         "--token-file=" + cluster_->certs_dir() + "/user.token",
+                                         "--tls-cert=" + certs + "/user-probe.pem",
+                                         "--tls-key=" + certs + "/user-probe.key",
+                                         "list"};
+  const CommandResult direct = RunCommand(args, absl::Seconds(30));
+  std::vector<std::string> persisted = args;
+  persisted.insert(persisted.end() - 1, "--persist=30s");
+  const CommandResult through = RunCommand(persisted, absl::Seconds(30));
+  EXPECT_NE(direct.exit_code, 0) << direct.Describe();
+  EXPECT_THAT(direct.err, HasSubstr("not trusted")) << direct.Describe();
+  EXPECT_EQ(through.exit_code, direct.exit_code) << through.Describe();
+  EXPECT_THAT(through.err, HasSubstr("not trusted")) << through.Describe();
+  // The mux was started, and it was the one that failed to verify loomd.
+  EXPECT_EQ(MuxPids().size(), 1u);
+}
+
 TEST_F(PersistTest, TheMuxOutlivesALoomdRestartWithoutHoldingItUpAndEndsWhenIdle) {
   const std::string quick =
       cluster_->WriteFile("quick.yaml", JobYaml({.name = "quick", .devices = 1, .steps = 1}));
