@@ -193,7 +193,10 @@ absl::StatusOr<std::unique_ptr<LoomdServer>> LoomdServer::Start(const LoomdConfi
   builder.RegisterService(s->rendezvous_service_.get());
   builder.RegisterService(s->scaling_service_.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
-  creators.push_back(NewRpcMetricsInterceptorFactory(s->server_metrics_.get(), clock));
+  creators.push_back(NewRpcMetricsInterceptorFactory(
+      s->server_metrics_.get(), clock,
+      {v1::JobService::service_full_name(), v1::NodeService::service_full_name(),
+       v1::RendezvousService::service_full_name(), v1::ScalingService::service_full_name()}));
   builder.experimental().SetInterceptorCreators(std::move(creators));
   s->grpc_server_ = builder.BuildAndStart();
   if (s->grpc_server_ == nullptr || port == 0) {

@@ -5,20 +5,26 @@
 // The clock is the server's (injected), read twice per call.
 //
 // Label values stay bounded: the method label is the full name of a method loomd serves
-// ("/loom.v1.JobService/CreateJob"); anything else is counted as "other".
+// ("/loom.v1.JobService/CreateJob"); anything else, such as a path a client made up, is counted
+// as "other".
 #pragma once
 
 #include <grpcpp/support/server_interceptor.h>
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "common/clock.h"
 #include "server/metrics/server_metrics.h"
 
 namespace loom::rpc {
 
-// `metrics` and `clock` must outlive the server the factory is installed in.
+// `metrics` and `clock` must outlive the server the factory is installed in. `services` are the
+// full names of the services the server registers ("loom.v1.JobService"), whose descriptors must
+// be in protobuf's generated pool; gRPC's health checks and server reflection are known too.
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
-NewRpcMetricsInterceptorFactory(server_metrics::ServerMetrics* metrics, const Clock* clock);
+NewRpcMetricsInterceptorFactory(server_metrics::ServerMetrics* metrics, const Clock* clock,
+                                std::vector<std::string> services);
 
 }  // namespace loom::rpc

@@ -1,7 +1,9 @@
 // The real gRPC server (LoomdServer) in process on port 0: JobService calls, a WatchJob stream,
 // a worker Session stream, malformed and oversized requests, and the RPC metrics.
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -131,6 +133,43 @@ TEST_F(RpcServerTest, CreateGetListWatchAndCancel) {
                               "WatchJob\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("loom_rpc_duration_seconds_count{method=\"/loom.v1.JobService/"
                               "StreamJobLogs\"} 1\n"));
+}
+
+// A client chooses the path it calls: a made-up method is counted as "other", so that no caller
+// can add series to loomd's registry; the methods loomd serves, health checks included, keep
+// their names.
+TEST_F(RpcServerTest, AMadeUpMethodIsCountedAsOther) {
+  grpc::GenericStub stub(channel_);
+  grpc::CompletionQueue cq;
+  for (const std::string path : {"/loom.v1.Bogus0/X", "/loom.v1.JobService/Bogus1", "/grpc.x/Y"}) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    grpc::ByteBuffer request, response;
+    std::unique_ptr<grpc::GenericClientAsyncResponseReader> call =
+        stub.PrepareUnaryCall(&context, path, request, &cq);
+    call->StartCall();
+    grpc::Status status;
+    call->Finish(&response, &status, reinterpret_cast<void*>(1));
+    void* tag = nullptr;
+    bool ok = false;
+    ASSERT_TRUE(cq.Next(&tag, &ok));
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED) << path;
+  }
+  const std::string text = server_->registry()->Serialize();
+  EXPECT_THAT(text,
+              HasSubstr("loom_rpc_requests_total{code=\"UNIMPLEMENTED\",method=\"other\"} 3\n"));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("Bogus")));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("grpc.x")));
+  // A method loomd serves keeps its name.
+  v1::Job job;
+  grpc::ClientContext get_context;
+  v1::GetJobRequest get;
+  get.set_name("jobs/none");
+  EXPECT_EQ(jobs_->GetJob(&get_context, get, &job).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(server_->registry()->Serialize(),
+              HasSubstr("loom_rpc_requests_total{code=\"NOT_FOUND\",method=\"/loom.v1.JobService/"
+                        "GetJob\"} 1\n"));
+  cq.Shutdown();
 }
 
 // The histogram's buckets, with durations known: 3 ms falls in (2 ms, 4 ms]; a duration from a
