@@ -137,7 +137,9 @@ absl::Status JobManager::Restore() {
       }
     }
     const std::string name = active->job.name();
+    ActiveJob* installed = active.get();
     active_.emplace(name, std::move(active));
+    IndexLocked(name, installed, v1::JOB_STATE_UNSPECIFIED, installed->job.state());
   }
 
   // Count every stored job by state for loom_jobs{state}; later transitions keep it current.
@@ -175,6 +177,7 @@ absl::Status JobManager::CommitLocked(ActiveJob& active, v1::Job updated,
   if (old_state != new_state) {
     --state_counts_[old_state];
     ++state_counts_[new_state];
+    IndexLocked(name, &active, old_state, terminal ? v1::JOB_STATE_UNSPECIFIED : new_state);
   }
   if (IsGangState(old_state) &&
       (!IsGangState(new_state) || updated.generation() != active.job.generation())) {
@@ -355,7 +358,9 @@ absl::StatusOr<v1::Job> JobManager::CreateJob(const v1::CreateJobRequest& reques
   active->last_progress_write = now;
   const v1::DeviceKind kind = active->kind;
   const int world_size = active->world_size;
+  ActiveJob* installed = active.get();
   active_.emplace(name, std::move(active));
+  IndexLocked(name, installed, v1::JOB_STATE_UNSPECIFIED, v1::QUEUED);
   ++state_counts_[v1::QUEUED];
   if (!first_job_noted_ && options_.on_first_job) options_.on_first_job();
   first_job_noted_ = true;
@@ -364,7 +369,11 @@ absl::StatusOr<v1::Job> JobManager::CreateJob(const v1::CreateJobRequest& reques
   // nothing; so a pass can change something only when the newcomer itself might fit. Skipping
   // it otherwise keeps a burst of creates into a full cluster from costing a pass over the
   // whole queue each (the ticker's pass fills in the newcomer's waiting reason).
-  if (FreeDevicesLocked(kind) >= world_size) ScheduleLocked();
+  if (FreeDevicesLocked(kind) >= world_size) {
+    ScheduleLocked();
+  } else {
+    reasons_stale_ = true;
+  }
   auto it = active_.find(name);
   if (it != active_.end() && it->second->job.state() == v1::QUEUED) {
     // Still as created (one event, the one above): answer from memory, without reading the
@@ -592,6 +601,44 @@ void JobManager::SetRendezvousAddress(std::string address) {
   ScheduleLocked();
 }
 
+void JobManager::IndexLocked(const std::string& name, ActiveJob* active, v1::JobState from,
+                             v1::JobState to) {
+  const auto is_gang = [](v1::JobState s) { return IsGangState(s) || s == v1::RESTARTING; };
+  if (is_gang(from) && !is_gang(to)) gangs_.erase(name);
+  if (!is_gang(from) && is_gang(to)) gangs_[name] = active;
+  const std::pair<v1::DeviceKind, int> demand(active->kind, active->world_size);
+  if (from == v1::QUEUED && to != v1::QUEUED) {
+    if (auto it = queued_demand_.find(demand); it != queued_demand_.end() && --it->second <= 0) {
+      queued_demand_.erase(it);
+    }
+  }
+  if (from != v1::QUEUED && to == v1::QUEUED) ++queued_demand_[demand];
+  // What a pass decides (or writes into the waiting reasons) changes with every transition but
+  // a gang's own SCHEDULED -> RUNNING: the queue, or the devices that are free.
+  if (!(IsGangState(from) && IsGangState(to))) reasons_stale_ = true;
+}
+
+bool JobManager::PassCanPlaceLocked(absl::Time now) {
+  std::map<v1::DeviceKind, int> free;
+  for (const scheduler::NodeSnapshot& node : nodes_.Snapshot()) {
+    if (node.ready) free[node.kind] += static_cast<int>(node.free_devices.size());
+  }
+  const auto fits = [&](v1::DeviceKind kind, int world_size) {
+    auto it = free.find(kind);
+    return it != free.end() && world_size <= it->second;
+  };
+  for (const auto& [demand, count] : queued_demand_) {
+    if (fits(demand.first, demand.second)) return true;
+  }
+  for (const auto& [name, active] : gangs_) {
+    if (active->job.state() == v1::RESTARTING && active->restart_at <= now &&
+        fits(active->kind, active->world_size)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 void JobManager::ScheduleLocked() {
   if (shut_down_ || rendezvous_address_.empty()) return;
   const absl::Time now = clock_->Now();
@@ -609,7 +656,10 @@ void JobManager::ScheduleLocked() {
     request.avoid_nodes.assign(active->avoid_nodes.begin(), active->avoid_nodes.end());
     queue.push_back(std::move(request));
   }
-  if (queue.empty()) return;
+  if (queue.empty()) {
+    reasons_stale_ = false;
+    return;
+  }
   const scheduler::Decision decision = scheduler::Schedule(nodes_.Snapshot(), queue);
   for (const scheduler::Waiting& waiting : decision.waiting) {
     auto it = active_.find(waiting.job);
@@ -639,6 +689,8 @@ void JobManager::ScheduleLocked() {
     }
     LaunchLocked(*it->second, placements, absl::StrCat("placed on ", absl::StrJoin(parts, ", ")));
   }
+  // The reasons written above already count the placements just made.
+  reasons_stale_ = false;
 }
 
 void JobManager::LaunchLocked(ActiveJob& active, const std::vector<v1::Placement>& placements,

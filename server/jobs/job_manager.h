@@ -415,6 +415,14 @@ class JobManager {
   void PublishHeldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs the scheduler and launches every placement. Requires mu_.
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a scheduling pass can place a job now: some QUEUED job, or some RESTARTING one past
+  // its backoff, asks for no more devices than its kind has free on ready nodes (a necessary
+  // condition of every placement). O(gangs + device kinds x sizes), never O(queue). Requires mu_.
+  bool PassCanPlaceLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keeps gangs_ and queued_demand_ in step with a job whose state goes from `from` to `to`
+  // (JOB_STATE_UNSPECIFIED: it enters or leaves the active set). Requires mu_.
+  void IndexLocked(const std::string& name, ActiveJob* active, v1::JobState from, v1::JobState to)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LaunchLocked(ActiveJob& active, const std::vector<v1::Placement>& placements,
                     const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Stops the gang of a running job after a failure (retryable: restart or FAILED when
@@ -523,6 +531,17 @@ class JobManager {
 
   absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<ActiveJob>, std::less<>> active_ ABSL_GUARDED_BY(mu_);
+  // Why the two indexes below: a sweep of thousands of jobs waiting behind a busy cluster made
+  // every 100 ms tick walk the whole queue (the watchdogs, the progress writes, the doctor and a
+  // scheduling pass): 17.5 ms per tick under mu_ with 10,000 queued jobs (queue_depth_bench).
+  // Invariant (IndexLocked): gangs_ holds exactly the active jobs in SCHEDULED, RUNNING or
+  // RESTARTING, pointing into active_; queued_demand_ counts the QUEUED ones by (kind, world
+  // size), with no zero counts.
+  std::map<std::string, ActiveJob*, std::less<>> gangs_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<v1::DeviceKind, int>, int> queued_demand_ ABSL_GUARDED_BY(mu_);
+  // A CreateJob skipped the pass (its job could not fit): the next tick runs one anyway, to
+  // write the newcomers' waiting reasons.
+  bool reasons_stale_ ABSL_GUARDED_BY(mu_) = false;
   nodes::NodeRegistry nodes_ ABSL_GUARDED_BY(mu_);
   std::string rendezvous_address_ ABSL_GUARDED_BY(mu_);
   std::map<v1::JobState, int> state_counts_ ABSL_GUARDED_BY(mu_);  // every job in the store

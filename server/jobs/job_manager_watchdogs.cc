@@ -52,7 +52,7 @@ std::string DescribeDump(int rank, const v1::StackDump* dump) {
 void JobManager::CheckProgressLocked(absl::Time now) {
   if (options_.progress_timeout_floor <= absl::ZeroDuration()) return;
   std::vector<std::string> to_stop;
-  for (auto& [name, active] : active_) {
+  for (auto& [name, active] : gangs_) {
     if (active->job.state() != v1::RUNNING) continue;
     if (active->hung_stop_at.has_value()) {
       if (now >= *active->hung_stop_at) to_stop.push_back(name);
@@ -143,7 +143,7 @@ void JobManager::HandleStackDumpLocked(const std::string& node, const v1::StackD
 void JobManager::CheckStartTimeoutsLocked(absl::Time now) {
   if (options_.start_timeout <= absl::ZeroDuration()) return;
   std::vector<std::string> late_jobs;
-  for (const auto& [name, active] : active_) {
+  for (const auto& [name, active] : gangs_) {
     if (active->job.state() == v1::SCHEDULED &&
         now - active->scheduled_at > options_.start_timeout) {
       late_jobs.push_back(name);

@@ -96,6 +96,7 @@ absl::Status JobManager::PersistNodeLocked(nodes::NodeEntry& entry, v1::NodeStat
   node.set_state(state);
   *node.mutable_last_heartbeat() = ToProto(entry.last_seen);
   RETURN_IF_ERROR(store_->PutNode(node));
+  if (entry.node.state() != state) reasons_stale_ = true;  // the ready nodes changed
   entry.node = std::move(node);
   return absl::OkStatus();
 }
@@ -592,7 +593,7 @@ void JobManager::CheckNodesLocked(absl::Time now) {
   }
   // Every gang with a rank on a node that is not READY (or not known at all) fails over.
   std::vector<std::pair<std::string, std::string>> failed;  // (job, node)
-  for (const auto& [name, active] : active_) {
+  for (const auto& [name, active] : gangs_) {
     if (!IsGangState(active->job.state())) continue;
     for (const v1::Placement& p : active->job.placements()) {
       const nodes::NodeEntry* entry = nodes_.Find(p.node());
@@ -613,7 +614,8 @@ void JobManager::CheckNodesLocked(absl::Time now) {
 
 void JobManager::CheckMissingLocked(absl::Time now) {
   std::vector<std::pair<std::string, std::string>> failed;  // (job, node)
-  for (const auto& [name, active] : active_) {
+  // A queued job's leftover entries are cleared when it is placed again (LaunchLocked).
+  for (const auto& [name, active] : gangs_) {
     for (const auto& [node, deadline] : active->missing_on) {
       if (deadline > now || !IsGangState(active->job.state())) continue;
       // Ranks on that node that finished successfully account for themselves.
@@ -646,8 +648,9 @@ void JobManager::Tick() {
   CheckMissingLocked(now);
   CheckStartTimeoutsLocked(now);
   CheckProgressLocked(now);
+  // Only gangs report progress; a queued job is never dirty (its last commit cleared the flag).
   std::vector<std::string> dirty;
-  for (const auto& [name, active] : active_) {
+  for (const auto& [name, active] : gangs_) {
     if (active->progress_dirty &&
         now - active->last_progress_write >= options_.progress_persist_interval) {
       dirty.push_back(name);
@@ -658,10 +661,15 @@ void JobManager::Tick() {
     absl::Status s = CommitLocked(active, active.job, std::nullopt);
     if (!s.ok()) LOOM_LOG(WARNING) << "cannot persist progress of " << name << ": " << s;
   }
-  for (const auto& [name, active] : active_) {
-    if (active->job.state() == v1::RUNNING) RunDoctorLocked(*active);
+  std::vector<ActiveJob*> running;
+  for (const auto& [name, active] : gangs_) {
+    if (active->job.state() == v1::RUNNING) running.push_back(active);
   }
-  ScheduleLocked();  // picks up RESTARTING jobs whose backoff has expired
+  for (ActiveJob* active : running) RunDoctorLocked(*active);
+  // A pass when it can place a job (a RESTARTING job's backoff ended, or a placement failed
+  // and is retried) or when something changed since the last one (the waiting reasons); a
+  // queue at rest costs nothing here, however long.
+  if (reasons_stale_ || PassCanPlaceLocked(now)) ScheduleLocked();
 }
 
 void JobManager::StartTicker(absl::Duration interval) {

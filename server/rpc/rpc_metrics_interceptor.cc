@@ -61,7 +61,7 @@ class Factory final : public grpc::experimental::ServerInterceptorFactoryInterfa
  public:
   Factory(server_metrics::ServerMetrics* metrics, const Clock* clock,
           std::vector<std::string> services)
-      : metrics_(metrics), clock_(clock), known_(KnownMethods(std::move(services))) {}
+      : known_(KnownMethods(std::move(services))), metrics_(metrics), clock_(clock) {}
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
     const absl::string_view method = info->method() == nullptr ? "" : info->method();

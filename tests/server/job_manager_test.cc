@@ -556,6 +556,63 @@ TEST_F(JobManagerTest, LostNodeFailsItsJobsOver) {
       absl::StatusCode::kFailedPrecondition);
 }
 
+// A tick runs a scheduling pass only when one can place a job or something changed since the
+// last; the waiting reasons still follow every change. Here the change is a node lost with no
+// gang on it (no job changes state), and the queued job's reason counts the ready nodes again.
+TEST_F(JobManagerTest, AWaitingReasonFollowsALostNodeWithNoGangOnIt) {
+  auto sink1 = Connect("n1", 2);
+  const std::string running = CreateScheduled(CpuSpec(2), *sink1);
+  StartAll("n1", running, 1, 2);
+  auto sink2 = Connect("n2", 2);
+  absl::StatusOr<v1::Job> waiting = manager_->CreateJob(CreateRequest(CpuSpec(4)));
+  ASSERT_TRUE(waiting.ok()) << waiting.status();
+  ASSERT_EQ(waiting->state(), v1::QUEUED);
+  manager_->Tick();  // the create skipped the pass (4 > 2 free): the tick writes the reason
+  EXPECT_THAT(Get(waiting->name()).state_reason(),
+              HasSubstr("needs 4 CPU devices; 2 free on 2 ready nodes"));
+
+  for (int i = 0; i < 11; ++i) {  // n1 keeps heartbeating, n2 goes silent
+    clock_.Advance(absl::Seconds(1));
+    Send("n1", ::loom::testing::Heartbeat());
+    manager_->Tick();
+  }
+  ASSERT_EQ(manager_->ListNodes().nodes(1).state(), v1::NODE_STATE_LOST);
+  EXPECT_EQ(Get(running).state(), v1::RUNNING);
+  EXPECT_THAT(Get(waiting->name()).state_reason(),
+              HasSubstr("the 1 ready CPU node hold 2 devices in all"));
+}
+
+// At rest (nothing changes, nothing can be placed) the tick leaves the queue alone, and the
+// next change still places the head of the queue at once: the ticks that skipped their pass
+// lost nothing.
+TEST_F(JobManagerTest, TicksAtRestPlaceNothingAndTheNextEndPlacesTheHead) {
+  auto sink = Connect("n1", 2);
+  const std::string running = CreateScheduled(CpuSpec(2), *sink);
+  StartAll("n1", running, 1, 2);
+  std::vector<std::string> queued;
+  for (int i = 0; i < 5; ++i) {
+    absl::StatusOr<v1::Job> job = manager_->CreateJob(CreateRequest(CpuSpec(2)));
+    ASSERT_TRUE(job.ok()) << job.status();
+    queued.push_back(job->name());
+  }
+  const size_t writes = recording_->updates().size();
+  for (int i = 0; i < 20; ++i) {
+    clock_.Advance(absl::Milliseconds(100));
+    Send("n1", ::loom::testing::Heartbeat());
+    manager_->Tick();
+  }
+  EXPECT_EQ(recording_->updates().size(), writes);
+  EXPECT_TRUE(sink->TakeAssignments().empty());
+  for (const std::string& name : queued) EXPECT_EQ(Get(name).state(), v1::QUEUED);
+  EXPECT_THAT(Get(queued[1]).state_reason(), HasSubstr("behind " + queued[0]));
+
+  Send("n1", RankExit(running, 1, 0, v1::EXIT_CLASS_SUCCESS));
+  Send("n1", RankExit(running, 1, 1, v1::EXIT_CLASS_SUCCESS));
+  EXPECT_EQ(Get(queued[0]).state(), v1::SCHEDULED);
+  EXPECT_EQ(sink->TakeAssignments().size(), 1u);
+  EXPECT_THAT(Get(queued[2]).state_reason(), HasSubstr("behind " + queued[1]));
+}
+
 TEST_F(JobManagerTest, RestartKeepsRunningJobsAndReconcilesOnHello) {
   auto sink = Connect("n1", 4);
   const std::string name = CreateScheduled(CpuSpec(2), *sink);
