@@ -643,10 +643,13 @@ void JobManager::ScheduleLocked() {
   if (shut_down_ || rendezvous_address_.empty()) return;
   const absl::Time now = clock_->Now();
   std::vector<scheduler::JobRequest> queue;
+  std::vector<ActiveJob*> owners;  // owners[i] asked for queue[i]
+  queue.reserve(active_.size() - gangs_.size());
+  owners.reserve(active_.size() - gangs_.size());
   for (const auto& [name, active] : active_) {
     const v1::JobState state = active->job.state();
     if (state != v1::QUEUED && !(state == v1::RESTARTING && active->restart_at <= now)) continue;
-    scheduler::JobRequest request;
+    scheduler::JobRequest& request = queue.emplace_back();
     request.job = name;
     request.priority = active->job.spec().priority();
     request.sequence = active->sequence;
@@ -654,28 +657,27 @@ void JobManager::ScheduleLocked() {
     request.devices = active->world_size;
     request.tensor = active->tensor;
     request.avoid_nodes.assign(active->avoid_nodes.begin(), active->avoid_nodes.end());
-    queue.push_back(std::move(request));
+    owners.push_back(active.get());
   }
   if (queue.empty()) {
     reasons_stale_ = false;
     return;
   }
-  const scheduler::Decision decision = scheduler::Schedule(nodes_.Snapshot(), queue);
-  for (const scheduler::Waiting& waiting : decision.waiting) {
-    auto it = active_.find(waiting.job);
-    if (it == active_.end()) continue;
-    it->second->waiting_reason = waiting.reason;
+  scheduler::Decision decision = scheduler::Schedule(nodes_.Snapshot(), queue);
+  for (scheduler::Waiting& waiting : decision.waiting) {
+    ActiveJob& job = *owners[waiting.index];
     // The reason is shown to the waiting job's tenant: another tenant's job is not named.
-    auto behind = active_.find(waiting.behind);
-    if (behind != active_.end() &&
-        !store::SameTenant(behind->second->job.tenant(), it->second->job.tenant())) {
-      it->second->waiting_reason =
+    if (waiting.behind_index != scheduler::Waiting::kNone &&
+        !store::SameTenant(owners[waiting.behind_index]->job.tenant(), job.job.tenant())) {
+      job.waiting_reason =
           absl::StrReplaceAll(waiting.reason, {{waiting.behind, "another tenant's job"}});
+    } else {
+      job.waiting_reason = std::move(waiting.reason);
     }
   }
+  // Placements change no job but the placed one: every owner stays valid through the launches.
   for (const scheduler::JobPlacement& placed : decision.placed) {
-    auto it = active_.find(placed.job);
-    if (it == active_.end()) continue;
+    ActiveJob* placed_job = owners[placed.index];
     std::vector<v1::Placement> placements;
     std::vector<std::string> parts;
     for (const scheduler::NodeShare& share : placed.nodes) {
@@ -687,7 +689,7 @@ void JobManager::ScheduleLocked() {
           absl::StrCat(share.node, " (devices ", absl::StrJoin(share.device_indices, ","), ")"));
       placements.push_back(std::move(p));
     }
-    LaunchLocked(*it->second, placements, absl::StrCat("placed on ", absl::StrJoin(parts, ", ")));
+    LaunchLocked(*placed_job, placements, absl::StrCat("placed on ", absl::StrJoin(parts, ", ")));
   }
   // The reasons written above already count the placements just made.
   reasons_stale_ = false;

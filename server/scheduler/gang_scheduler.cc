@@ -285,44 +285,53 @@ Decision Scheduler::Run(const std::vector<JobRequest>& queue) {
   });
 
   Decision decision;
-  // By kind: the gang that waits for devices, which later jobs of that kind wait behind.
-  std::map<int, const JobRequest*> blocked_by;
+  decision.waiting.reserve(queue.size());
+  const auto index = [&](const JobRequest* job) { return static_cast<size_t>(job - queue.data()); };
+  const auto wait = [&](const JobRequest* job, std::string reason) {
+    decision.waiting.push_back({job->job, std::move(reason), "", index(job)});
+  };
+  // By kind: the gang that waits for devices, which later jobs of that kind wait behind, and
+  // the reason they all get (built once: in a deep queue nearly every job gets it).
+  struct Blocker {
+    const JobRequest* job;
+    std::string reason;
+  };
+  std::map<int, Blocker> blocked_by;
   for (const JobRequest* job : order) {
     if (std::string invalid = Invalid(*job); !invalid.empty()) {
-      decision.waiting.push_back({job->job, std::move(invalid)});
+      wait(job, std::move(invalid));
       continue;
     }
     auto pit = pools_.find(job->kind);
     Pool* pool = pit == pools_.end() ? nullptr : &pit->second;
     if (pool == nullptr || !FitsWhenIdle(*job, *pool)) {
-      decision.waiting.push_back({job->job, NeverReason(*job, pool)});
+      wait(job, NeverReason(*job, pool));
       continue;
     }
     if (auto bit = blocked_by.find(job->kind); bit != blocked_by.end()) {
-      const JobRequest& ahead = *bit->second;
-      decision.waiting.push_back({job->job,
-                                  "behind " + ahead.job + " (priority " +
-                                      std::to_string(ahead.priority) + ") which waits for devices",
-                                  ahead.job});
+      const Blocker& ahead = bit->second;
+      decision.waiting.push_back(
+          {job->job, ahead.reason, ahead.job->job, index(job), index(ahead.job)});
       continue;
     }
     const std::vector<int> hidden = Hide(*job, *pool);
     std::optional<JobPlacement> p = TryPlace(*job, *pool);
     Unhide(hidden, *pool);
     if (p.has_value()) {
+      p->index = index(job);
       decision.placed.push_back(std::move(*p));
       continue;
     }
     if (!hidden.empty()) {
       // Another node may free up or return; the job behind need not wait for that.
-      decision.waiting.push_back(
-          {job->job, WaitReason(*job, *pool) + "; avoiding " +
-                         Plural(static_cast<int64_t>(hidden.size()), "node", "nodes") +
-                         " that failed to prepare or start it"});
+      wait(job, WaitReason(*job, *pool) + "; avoiding " +
+                    Plural(static_cast<int64_t>(hidden.size()), "node", "nodes") +
+                    " that failed to prepare or start it");
       continue;
     }
-    decision.waiting.push_back({job->job, WaitReason(*job, *pool)});
-    blocked_by[job->kind] = job;
+    wait(job, WaitReason(*job, *pool));
+    blocked_by[job->kind] = {job, "behind " + job->job + " (priority " +
+                                      std::to_string(job->priority) + ") which waits for devices"};
   }
   return decision;
 }

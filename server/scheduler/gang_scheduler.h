@@ -75,6 +75,7 @@ struct NodeShare {
 struct JobPlacement {
   std::string job;
   std::vector<NodeShare> nodes;  // in order of their first rank
+  size_t index = 0;              // the job's position in the queue given to Schedule()
 };
 
 struct Waiting {
@@ -83,6 +84,11 @@ struct Waiting {
   // The queued job this one waits behind, which `reason` names ("behind jobs/x (priority 5)
   // ..."), or empty: a caller that shows the reason to another tenant hides that name.
   std::string behind;
+  // Positions in the queue given to Schedule(): of this job, and of the job it waits behind
+  // (kNone when `behind` is empty). A caller maps them back without looking names up.
+  size_t index = 0;
+  size_t behind_index = kNone;
+  static constexpr size_t kNone = static_cast<size_t>(-1);
 };
 
 struct Decision {

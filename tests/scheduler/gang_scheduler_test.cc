@@ -320,6 +320,22 @@ void CheckProperties(const Scenario& s, const Decision& d) {
   for (const Waiting& w : d.waiting) waiting[w.job] = w.reason;
   ASSERT_EQ(placed.size() + waiting.size(), s.queue.size());
 
+  // Every index names the request it stands for (loomd maps decisions back by them).
+  for (const JobPlacement& p : d.placed) {
+    ASSERT_LT(p.index, s.queue.size());
+    EXPECT_EQ(s.queue[p.index].job, p.job);
+  }
+  for (const Waiting& w : d.waiting) {
+    ASSERT_LT(w.index, s.queue.size());
+    EXPECT_EQ(s.queue[w.index].job, w.job);
+    if (w.behind.empty()) {
+      EXPECT_EQ(w.behind_index, Waiting::kNone);
+    } else {
+      ASSERT_LT(w.behind_index, s.queue.size());
+      EXPECT_EQ(s.queue[w.behind_index].job, w.behind);
+    }
+  }
+
   // Output order follows queue order.
   std::vector<std::string> expected_placed_order;
   for (const JobRequest& j : order) {
