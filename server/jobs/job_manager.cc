@@ -391,11 +391,9 @@ absl::StatusOr<v1::Job> JobManager::CreateJob(const v1::CreateJobRequest& reques
 }
 
 int JobManager::FreeDevicesLocked(v1::DeviceKind kind) const {
-  int free = 0;
-  for (const scheduler::NodeSnapshot& node : nodes_.Snapshot()) {
-    if (node.ready && node.kind == kind) free += static_cast<int>(node.free_devices.size());
-  }
-  return free;
+  const std::map<v1::DeviceKind, int> free = nodes_.FreeDevices();
+  auto it = free.find(kind);
+  return it == free.end() ? 0 : it->second;
 }
 
 namespace {
@@ -619,10 +617,7 @@ void JobManager::IndexLocked(const std::string& name, ActiveJob* active, v1::Job
 }
 
 bool JobManager::PassCanPlaceLocked(absl::Time now) {
-  std::map<v1::DeviceKind, int> free;
-  for (const scheduler::NodeSnapshot& node : nodes_.Snapshot()) {
-    if (node.ready) free[node.kind] += static_cast<int>(node.free_devices.size());
-  }
+  const std::map<v1::DeviceKind, int> free = nodes_.FreeDevices();
   const auto fits = [&](v1::DeviceKind kind, int world_size) {
     auto it = free.find(kind);
     return it != free.end() && world_size <= it->second;

@@ -224,6 +224,19 @@ std::vector<scheduler::NodeSnapshot> NodeRegistry::Snapshot() const {
   return out;
 }
 
+std::map<v1::DeviceKind, int> NodeRegistry::FreeDevices() const {
+  std::map<v1::DeviceKind, int> free;
+  for (const auto& [name, entry] : nodes_) {
+    if (!IsSchedulable(entry.node) || !entry.session) continue;
+    const v1::DeviceKind kind = NodeKind(entry.node);
+    int& count = free[kind];
+    for (const v1::Device& d : entry.node.devices()) {
+      if (d.kind() == kind && !entry.allocated.contains(d.index())) ++count;
+    }
+  }
+  return free;
+}
+
 Capacity NodeRegistry::ReadyCapacity() const {
   Capacity cap;
   for (const auto& [name, entry] : nodes_) {

@@ -1,6 +1,7 @@
 // NodeRegistry: registration checks, sessions, allocation and the scheduler's snapshot.
 #include "server/nodes/node_registry.h"
 
+#include <map>
 #include <memory>
 
 #include "gmock/gmock.h"
@@ -103,6 +104,38 @@ TEST(NodeRegistryTest, GpuNodesOfferTheirGpus) {
   EXPECT_EQ(snapshot[0].total_devices, 2);
   EXPECT_EQ(registry.ReadyCapacity().gpus, 2);
   EXPECT_EQ(registry.ReadyCapacity().cpu_devices, 0);
+}
+
+// FreeDevices counts what a snapshot would hold, per kind, without building one: only nodes
+// with a session, only the node's own kind (a GPU node's CPU devices are not offered), minus
+// what is allocated.
+TEST(NodeRegistryTest, FreeDevicesCountsWhatTheSnapshotHolds) {
+  NodeRegistry registry;
+  const absl::Time now = absl::FromUnixSeconds(1000);
+  registry.Put(registry.Registered(CpuNode("a", 4), now), now);
+  registry.Put(registry.Registered(CpuNode("b", 2), now), now);  // no session
+  v1::RegisterNodeRequest gpu = CpuNode("g", 1);
+  for (int i = 0; i < 2; ++i) {
+    v1::Device* d = gpu.add_devices();
+    d->set_kind(v1::DEVICE_KIND_GPU);
+    d->set_index(i);
+  }
+  registry.Put(registry.Registered(gpu, now), now);
+  registry.OpenSession("nodes/a", std::make_shared<FakeSink>());
+  registry.OpenSession("nodes/g", std::make_shared<FakeSink>());
+  registry.Allocate("nodes/a", {1, 2}, "jobs/x");
+  registry.Allocate("nodes/g", {0}, "jobs/y");
+
+  std::map<v1::DeviceKind, int> from_snapshot;
+  for (const scheduler::NodeSnapshot& node : registry.Snapshot()) {
+    from_snapshot[node.kind] += static_cast<int>(node.free_devices.size());
+  }
+  const std::map<v1::DeviceKind, int> free = registry.FreeDevices();
+  EXPECT_EQ(free, from_snapshot);
+  EXPECT_EQ(free.at(v1::DEVICE_KIND_CPU), 2);
+  EXPECT_EQ(free.at(v1::DEVICE_KIND_GPU), 1);
+  registry.Release("jobs/x");
+  EXPECT_EQ(registry.FreeDevices().at(v1::DEVICE_KIND_CPU), 4);
 }
 
 }  // namespace
