@@ -372,7 +372,7 @@ absl::StatusOr<v1::Job> JobManager::CreateJob(const v1::CreateJobRequest& reques
   if (FreeDevicesLocked(kind) >= world_size) {
     ScheduleLocked();
   } else {
-    reasons_stale_ = true;
+    pass_due_ = true;
   }
   auto it = active_.find(name);
   if (it != active_.end() && it->second->job.state() == v1::QUEUED) {
@@ -604,30 +604,16 @@ void JobManager::IndexLocked(const std::string& name, ActiveJob* active, v1::Job
   const auto is_gang = [](v1::JobState s) { return IsGangState(s) || s == v1::RESTARTING; };
   if (is_gang(from) && !is_gang(to)) gangs_.erase(name);
   if (!is_gang(from) && is_gang(to)) gangs_[name] = active;
-  const std::pair<v1::DeviceKind, int> demand(active->kind, active->world_size);
-  if (from == v1::QUEUED && to != v1::QUEUED) {
-    if (auto it = queued_demand_.find(demand); it != queued_demand_.end() && --it->second <= 0) {
-      queued_demand_.erase(it);
-    }
-  }
-  if (from != v1::QUEUED && to == v1::QUEUED) ++queued_demand_[demand];
   // What a pass decides (or writes into the waiting reasons) changes with every transition but
   // a gang's own SCHEDULED -> RUNNING: the queue, or the devices that are free.
-  if (!(IsGangState(from) && IsGangState(to))) reasons_stale_ = true;
+  if (!(IsGangState(from) && IsGangState(to))) pass_due_ = true;
 }
 
-bool JobManager::PassCanPlaceLocked(absl::Time now) {
-  const std::map<v1::DeviceKind, int> free = nodes_.FreeDevices();
-  const auto fits = [&](v1::DeviceKind kind, int world_size) {
-    auto it = free.find(kind);
-    return it != free.end() && world_size <= it->second;
-  };
-  for (const auto& [demand, count] : queued_demand_) {
-    if (fits(demand.first, demand.second)) return true;
-  }
+bool JobManager::PassDueLocked(absl::Time now) {
+  if (pass_due_ || now - last_pass_ >= kPassSafetyInterval) return true;
   for (const auto& [name, active] : gangs_) {
-    if (active->job.state() == v1::RESTARTING && active->restart_at <= now &&
-        fits(active->kind, active->world_size)) {
+    if (active->job.state() == v1::RESTARTING && active->restart_at > last_pass_ &&
+        active->restart_at <= now) {
       return true;
     }
   }
@@ -654,11 +640,11 @@ void JobManager::ScheduleLocked() {
     request.avoid_nodes.assign(active->avoid_nodes.begin(), active->avoid_nodes.end());
     owners.push_back(active.get());
   }
-  if (queue.empty()) {
-    reasons_stale_ = false;
-    return;
-  }
+  last_pass_ = now;
+  pass_due_ = false;
+  if (queue.empty()) return;
   scheduler::Decision decision = scheduler::Schedule(nodes_.Snapshot(), queue);
+  bool launch_failed = false;
   for (scheduler::Waiting& waiting : decision.waiting) {
     ActiveJob& job = *owners[waiting.index];
     // The reason is shown to the waiting job's tenant: another tenant's job is not named.
@@ -685,9 +671,11 @@ void JobManager::ScheduleLocked() {
       placements.push_back(std::move(p));
     }
     LaunchLocked(*placed_job, placements, absl::StrCat("placed on ", absl::StrJoin(parts, ", ")));
+    // LaunchLocked never ends a job; a job it could not launch stays where it was. The
+    // transitions of the launches set pass_due_ again: the reasons above already count them.
+    if (placed_job->job.state() != v1::SCHEDULED) launch_failed = true;
   }
-  // The reasons written above already count the placements just made.
-  reasons_stale_ = false;
+  pass_due_ = launch_failed;
 }
 
 void JobManager::LaunchLocked(ActiveJob& active, const std::vector<v1::Placement>& placements,

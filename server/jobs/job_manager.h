@@ -415,12 +415,14 @@ class JobManager {
   void PublishHeldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs the scheduler and launches every placement. Requires mu_.
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether a scheduling pass can place a job now: some QUEUED job, or some RESTARTING one past
-  // its backoff, asks for no more devices than its kind has free on ready nodes (a necessary
-  // condition of every placement). O(gangs + device kinds x sizes), never O(queue). Requires mu_.
-  bool PassCanPlaceLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Keeps gangs_ and queued_demand_ in step with a job whose state goes from `from` to `to`
-  // (JOB_STATE_UNSPECIFIED: it enters or leaves the active set). Requires mu_.
+  // Whether a tick's scheduling pass could decide anything the last pass did not: pass_due_ (an
+  // input changed), a RESTARTING job whose backoff ended since the last pass, or
+  // kPassSafetyInterval since it (a pass is a pure function of the queue and the free devices,
+  // so the same inputs give the same decision; the interval bounds what a missed trigger could
+  // cost). O(gangs), never O(queue). Requires mu_.
+  bool PassDueLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keeps gangs_ in step with a job whose state goes from `from` to `to` (JOB_STATE_UNSPECIFIED:
+  // it enters or leaves the active set), and marks a pass due. Requires mu_.
   void IndexLocked(const std::string& name, ActiveJob* active, v1::JobState from, v1::JobState to)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LaunchLocked(ActiveJob& active, const std::vector<v1::Placement>& placements,
@@ -531,17 +533,19 @@ class JobManager {
 
   absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<ActiveJob>, std::less<>> active_ ABSL_GUARDED_BY(mu_);
-  // Why the two indexes below: a sweep of thousands of jobs waiting behind a busy cluster made
-  // every 100 ms tick walk the whole queue (the watchdogs, the progress writes, the doctor and a
-  // scheduling pass): 17.5 ms per tick under mu_ with 10,000 queued jobs (queue_depth_bench).
+  // Why gangs_ and pass_due_: a sweep of thousands of jobs waiting behind a busy cluster made
+  // every 100 ms tick walk the whole queue under mu_ (the watchdogs, the progress writes, the
+  // doctor and a scheduling pass that could place nothing): 14.5-18 ms per tick with 10,000 jobs
+  // queued (queue_depth_bench), 78 % of a core for a loomd at rest with 5,000.
   // Invariant (IndexLocked): gangs_ holds exactly the active jobs in SCHEDULED, RUNNING or
-  // RESTARTING, pointing into active_; queued_demand_ counts the QUEUED ones by (kind, world
-  // size), with no zero counts.
+  // RESTARTING, pointing into active_.
   std::map<std::string, ActiveJob*, std::less<>> gangs_ ABSL_GUARDED_BY(mu_);
-  std::map<std::pair<v1::DeviceKind, int>, int> queued_demand_ ABSL_GUARDED_BY(mu_);
-  // A CreateJob skipped the pass (its job could not fit): the next tick runs one anyway, to
-  // write the newcomers' waiting reasons.
-  bool reasons_stale_ ABSL_GUARDED_BY(mu_) = false;
+  // Something a pass reads changed since the last pass: a transition other than a gang's
+  // SCHEDULED -> RUNNING, a node's state, a create that skipped its pass (its waiting reason is
+  // still unwritten), or a launch of the last pass that failed (retried by the next tick).
+  bool pass_due_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time last_pass_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  static constexpr absl::Duration kPassSafetyInterval = absl::Seconds(10);
   nodes::NodeRegistry nodes_ ABSL_GUARDED_BY(mu_);
   std::string rendezvous_address_ ABSL_GUARDED_BY(mu_);
   std::map<v1::JobState, int> state_counts_ ABSL_GUARDED_BY(mu_);  // every job in the store

@@ -96,7 +96,7 @@ absl::Status JobManager::PersistNodeLocked(nodes::NodeEntry& entry, v1::NodeStat
   node.set_state(state);
   *node.mutable_last_heartbeat() = ToProto(entry.last_seen);
   RETURN_IF_ERROR(store_->PutNode(node));
-  if (entry.node.state() != state) reasons_stale_ = true;  // the ready nodes changed
+  if (entry.node.state() != state) pass_due_ = true;  // the ready nodes changed
   entry.node = std::move(node);
   return absl::OkStatus();
 }
@@ -666,10 +666,9 @@ void JobManager::Tick() {
     if (active->job.state() == v1::RUNNING) running.push_back(active);
   }
   for (ActiveJob* active : running) RunDoctorLocked(*active);
-  // A pass when it can place a job (a RESTARTING job's backoff ended, or a placement failed
-  // and is retried) or when something changed since the last one (the waiting reasons); a
-  // queue at rest costs nothing here, however long.
-  if (reasons_stale_ || PassCanPlaceLocked(now)) ScheduleLocked();
+  // A pass only when it could decide something the last one did not (PassDueLocked): a queue
+  // at rest costs nothing here, however long.
+  if (PassDueLocked(now)) ScheduleLocked();
 }
 
 void JobManager::StartTicker(absl::Duration interval) {

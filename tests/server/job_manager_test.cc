@@ -71,12 +71,22 @@ class RecordingStore : public store::JobStore {
                                           int limit) override {
     return inner_->ListJobs(state, after, limit);
   }
+  // The next UpdateJob that writes `state` fails (as a full or failing disk would), once.
+  void FailNextUpdateTo(v1::JobState state) {
+    absl::MutexLock lock(&mu_);
+    fail_next_ = state;
+  }
+
   using JobStore::UpdateJob;
   absl::Status UpdateJob(const v1::Job& job, const std::optional<v1::JobEvent>& event,
                          store::Durability durability) override {
     std::function<void(const v1::Job&, store::Durability)> hook;
     {
       absl::MutexLock lock(&mu_);
+      if (fail_next_ == job.state()) {
+        fail_next_.reset();
+        return absl::UnavailableError("injected: the store cannot write now");
+      }
       updates_.push_back({job.state(), event.has_value(), durability});
       hook = hook_;
     }
@@ -98,6 +108,7 @@ class RecordingStore : public store::JobStore {
   absl::Mutex mu_;
   std::vector<Update> updates_ ABSL_GUARDED_BY(mu_);
   std::function<void(const v1::Job&, store::Durability)> hook_ ABSL_GUARDED_BY(mu_);
+  std::optional<v1::JobState> fail_next_ ABSL_GUARDED_BY(mu_);
 };
 
 class JobManagerTest : public ::testing::Test {
@@ -611,6 +622,28 @@ TEST_F(JobManagerTest, TicksAtRestPlaceNothingAndTheNextEndPlacesTheHead) {
   EXPECT_EQ(Get(queued[0]).state(), v1::SCHEDULED);
   EXPECT_EQ(sink->TakeAssignments().size(), 1u);
   EXPECT_THAT(Get(queued[2]).state_reason(), HasSubstr("behind " + queued[1]));
+}
+
+// A placement the store refused is tried again by the next tick (the tick runs a pass only
+// when one could decide something new, and a failed launch is such a thing).
+TEST_F(JobManagerTest, APlacementTheStoreRefusedIsRetriedByTheNextTick) {
+  auto sink = Connect("n1", 2);
+  const std::string first = CreateScheduled(CpuSpec(2), *sink);
+  StartAll("n1", first, 1, 2);
+  absl::StatusOr<v1::Job> second = manager_->CreateJob(CreateRequest(CpuSpec(2)));
+  ASSERT_TRUE(second.ok()) << second.status();
+  recording_->FailNextUpdateTo(v1::SCHEDULED);
+  Send("n1", RankExit(first, 1, 0, v1::EXIT_CLASS_SUCCESS));
+  Send("n1", RankExit(first, 1, 1, v1::EXIT_CLASS_SUCCESS));
+  EXPECT_EQ(Get(first).state(), v1::SUCCEEDED);
+  EXPECT_EQ(Get(second->name()).state(), v1::QUEUED);
+  EXPECT_TRUE(sink->TakeAssignments().empty());
+
+  clock_.Advance(absl::Milliseconds(100));
+  Send("n1", ::loom::testing::Heartbeat());
+  manager_->Tick();
+  EXPECT_EQ(Get(second->name()).state(), v1::SCHEDULED);
+  EXPECT_EQ(sink->TakeAssignments().size(), 1u);
 }
 
 TEST_F(JobManagerTest, RestartKeepsRunningJobsAndReconcilesOnHello) {
