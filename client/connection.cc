@@ -40,10 +40,12 @@ Connection::Connection(std::string server, absl::Duration rpc_timeout, std::stri
 
 Connection::~Connection() = default;
 
-void Connection::UsePersistentConnection(absl::Duration idle, std::ostream* warnings) {
+void Connection::UsePersistentConnection(absl::Duration idle, std::ostream* warnings,
+                                         bool automatic) {
   std::lock_guard<std::mutex> lock(persist_mu_);
   persist_idle_ = idle;
-  persist_warnings_ = warnings;
+  persist_warnings_ = automatic ? nullptr : warnings;
+  persist_automatic_ = automatic;
 }
 
 std::unique_ptr<WireClient> Connection::Acquire() {
@@ -67,9 +69,11 @@ absl::Status Connection::Call(std::string_view path, const google::protobuf::Mes
                               google::protobuf::MessageLite* response) {
   const absl::Time deadline = absl::Now() + rpc_timeout_;
   absl::Duration persist_idle;
+  bool automatic;
   {
     std::lock_guard<std::mutex> lock(persist_mu_);
     persist_idle = persist_idle_;
+    automatic = persist_automatic_;
   }
   // Calls through the mux may overlap (a sweep's creates): the mux serves each on a connection
   // of its own, and starting it races safely, as between loomctl processes.
@@ -81,8 +85,8 @@ absl::Status Connection::Call(std::string_view path, const google::protobuf::Mes
     // A cancel is not repeated after the mux took it: a second one fails on the cancelled job.
     const bool retry_safe = path != rpc::kCancelJob;
     std::optional<grpc::Status> status =
-        CallThroughMux(PersistTarget{server_, tls_, persist_idle}, path, bytes, token_, deadline,
-                       retry_safe, &answer, &note);
+        CallThroughMux(PersistTarget{server_, tls_, persist_idle, automatic}, path, bytes, token_,
+                       deadline, retry_safe, &answer, &note);
     if (!note.empty()) {
       std::lock_guard<std::mutex> lock(persist_mu_);
       if (!persist_warned_ && persist_warnings_ != nullptr) {

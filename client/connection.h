@@ -81,8 +81,10 @@ class Connection {
 
   // From now on the unary calls the mux relays (client/persist_mux.h: MuxRelays) go through
   // loomctl's persistent connection, kept for `idle` after the last call. When the persistent
-  // connection cannot be used, the calls are made directly and `warnings` is told why, once.
-  void UsePersistentConnection(absl::Duration idle, std::ostream* warnings);
+  // connection cannot be used, the calls are made directly and `warnings` (may be null) is told
+  // why, once. `automatic`: started only for a call that follows another closely (see
+  // persist_mux.h), and nothing said when it cannot be used.
+  void UsePersistentConnection(absl::Duration idle, std::ostream* warnings, bool automatic = false);
 
  private:
   // An idle WireClient, or a new one; Release puts it back for the next call.
@@ -97,10 +99,11 @@ class Connection {
   std::mutex pool_mu_;  // (not absl::Mutex: Debian's Abseil checks lock order on first use)
   std::vector<std::unique_ptr<WireClient>> idle_;  // guarded by pool_mu_
 
-  std::mutex persist_mu_;                               // guards the three below
+  std::mutex persist_mu_;                               // guards the four below
   absl::Duration persist_idle_ = absl::ZeroDuration();  // zero: no persistent connection
   std::ostream* persist_warnings_ = nullptr;
   bool persist_warned_ = false;
+  bool persist_automatic_ = false;
 };
 
 // Parses a serialized message from a stream into `out`; false when it is not one.

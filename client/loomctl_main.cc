@@ -84,6 +84,10 @@ int main(int argc, char** argv) {
       return kExitInvalidInput;
     }
     if (idle > absl::ZeroDuration()) connection->UsePersistentConnection(idle, &std::cerr);
+  } else if (!*plaintext) {
+    // Over TLS the handshake costs a call more CPU than everything else it does; a loop of
+    // calls shares one connection unless told not to (client/persist_mux.h, "Automatic").
+    connection->UsePersistentConnection(kAutoPersistIdle, nullptr, /*automatic=*/true);
   }
   CommandContext ctx;
   ctx.connection = connection.get();

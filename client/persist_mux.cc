@@ -254,6 +254,25 @@ int SpawnMux(const PersistTarget& target, const std::string& socket_path, const 
   return ready[0];
 }
 
+// Whether a call left the mark `path` less than kAutoPersistWindow ago; leaves this call's mark
+// either way (the file's modification time). The mark is created in the private directory,
+// never through a link.
+bool CalledRecently(const std::string& path) {
+  struct stat st;
+  const absl::Time now = absl::Now();
+  bool recent = false;
+  if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+    const absl::Time marked = absl::TimeFromTimespec(st.st_mtim);
+    recent = marked <= now && now - marked < kAutoPersistWindow;
+  }
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd >= 0) {
+    ::futimens(fd, nullptr);
+    ::close(fd);
+  }
+  return recent;
+}
+
 // Waits until the mux behind `ready` (SpawnMux) listens (true) or ends without (false), or
 // `until` passes (false). Closes `ready`.
 bool WaitForMux(int ready, absl::Time until) {
@@ -416,7 +435,13 @@ std::optional<grpc::Status> CallThroughMux(const PersistTarget& target, std::str
   }
 
   int fd = ConnectUnix(socket_path);
-  if (fd < 0 && (errno == ENOENT || errno == ECONNREFUSED)) {
+  const bool no_mux = fd < 0 && (errno == ENOENT || errno == ECONNREFUSED);
+  if (no_mux && target.automatic &&
+      !CalledRecently(
+          absl::StrCat(*dir, "/mux-", absl::Hex(Fnv1a64(*key), absl::kZeroPad16), ".recent"))) {
+    return std::nullopt;  // no loop (yet): this call goes directly, and leaves its mark
+  }
+  if (no_mux) {
     // The mux listens a few milliseconds after its start, or says at once that it cannot; past
     // a second (or the call's deadline), the call is made directly.
     const int ready = SpawnMux(absolute, socket_path, *key);

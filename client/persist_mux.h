@@ -4,6 +4,13 @@
 // opening a TCP connection, an HTTP/2 session and, with TLS, a handshake each. The mux ends after
 // DURATION without a call.
 //
+// Automatic over TLS: a loomctl given no --persist and no $LOOM_PERSIST (0 turns it off) that
+// talks TLS makes its first call directly, and leaves a mark (an empty file beside the mux's
+// socket). A call that finds a mark less than kAutoPersistWindow old starts the mux, which
+// ends kAutoPersistIdle after the last call. So a single call never leaves a process behind, and
+// a script's loop of calls pays the handshake about once; a running mux, started either way,
+// takes the calls of both.
+//
 // Why: a script that calls loomctl in a loop pays per call for what one process could pay once.
 // On the 2-core machine of docs/benchmarks.md, loomd spends 1.23 ms of CPU per CreateJob that
 // comes on a connection of its own and 0.53 ms per CreateJob on a connection already open; over
@@ -53,7 +60,15 @@ struct PersistTarget {
   std::string server;          // HOST:PORT
   std::optional<WireTls> tls;  // TLS against tls->ca, else plaintext
   absl::Duration idle;         // > 0
+  // Automatic (see above): start a mux only for a call that follows another within
+  // kAutoPersistWindow; say nothing when none can be used.
+  bool automatic = false;
 };
+
+// Why these: a loop calls again within milliseconds, a person typing hardly within two
+// seconds; a mux that waits ten seconds outlives the pauses of a loop that does other work.
+inline constexpr absl::Duration kAutoPersistWindow = absl::Seconds(2);
+inline constexpr absl::Duration kAutoPersistIdle = absl::Seconds(10);
 
 // Whether a mux relays calls to `path`: CreateJob, GetJob, ListJobs and CancelJob of JobService,
 // nothing else (a mux is not a general relay to loomd, whoever of its user writes to it).

@@ -3,6 +3,7 @@
 // refuses a call meant for another mux, survives a loomd restart without holding up loomd's
 // shutdown, and ends when idle.
 #include <dirent.h>
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
@@ -11,7 +12,9 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,9 +40,19 @@ class PersistTest : public IntegrationTest {
     runtime_ = cluster_->dir() + "/run";
     ASSERT_EQ(::mkdir(runtime_.c_str(), 0700), 0);
     ::setenv("XDG_RUNTIME_DIR", runtime_.c_str(), 1);
+    // The automatic mux is what these tests compare against: none of the caller's setting.
+    if (const char* persist = std::getenv("LOOM_PERSIST"); persist != nullptr) {
+      saved_persist_ = persist;
+      ::unsetenv("LOOM_PERSIST");
+    }
   }
   void TearDown() override {
     for (const pid_t pid : MuxPids()) ::kill(pid, SIGKILL);
+    if (saved_persist_.has_value()) {
+      ::setenv("LOOM_PERSIST", saved_persist_->c_str(), 1);
+    } else {
+      ::unsetenv("LOOM_PERSIST");
+    }
     if (had_runtime_) {
       ::setenv("XDG_RUNTIME_DIR", saved_runtime_.c_str(), 1);
     } else {
@@ -54,7 +67,9 @@ class PersistTest : public IntegrationTest {
     DIR* d = ::opendir((runtime_ + "/loom").c_str());
     if (d == nullptr) return out;
     while (dirent* e = ::readdir(d)) {
-      if (absl::StartsWith(e->d_name, "mux-")) out.push_back(runtime_ + "/loom/" + e->d_name);
+      if (absl::StartsWith(e->d_name, "mux-") && absl::EndsWith(e->d_name, ".sock")) {
+        out.push_back(runtime_ + "/loom/" + e->d_name);
+      }
     }
     ::closedir(d);
     return out;
@@ -103,10 +118,63 @@ class PersistTest : public IntegrationTest {
     return cluster_->Loomctl(args);
   }
 
+  // The marks of direct calls that an automatic mux looks for (client/persist_mux.h).
+  std::vector<std::string> Marks() const {
+    std::vector<std::string> out;
+    DIR* d = ::opendir((runtime_ + "/loom").c_str());
+    if (d == nullptr) return out;
+    while (dirent* e = ::readdir(d)) {
+      if (absl::EndsWith(e->d_name, ".recent")) out.push_back(runtime_ + "/loom/" + e->d_name);
+    }
+    ::closedir(d);
+    return out;
+  }
+
   std::string runtime_;
   std::string saved_runtime_;
   bool had_runtime_ = false;
+  std::optional<std::string> saved_persist_;
 };
+
+// Over TLS without --persist: a call alone goes directly and leaves no process; a call that
+// follows another within two seconds starts the mux, and the calls after it go through it.
+// LOOM_PERSIST=0 keeps every call direct.
+TEST_F(PersistTest, OverTlsACallSoonAfterAnotherStartsTheMuxAndACallAloneLeavesNone) {
+  ASSERT_EQ(cluster_->Loomctl({"list"}).exit_code, 0);
+  EXPECT_TRUE(MuxPids().empty());
+  EXPECT_TRUE(Sockets().empty());
+  const std::vector<std::string> marks = Marks();
+  ASSERT_EQ(marks.size(), 1u);
+
+  // The same call again, but as if the first had been three seconds ago: still direct.
+  const timespec past[2] = {{::time(nullptr) - 3, 0}, {::time(nullptr) - 3, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, marks[0].c_str(), past, 0), 0);
+  ASSERT_EQ(cluster_->Loomctl({"list"}).exit_code, 0);
+  EXPECT_TRUE(MuxPids().empty());
+
+  // At once after it: the mux starts and takes the call, and the next call too.
+  const std::string quick =
+      cluster_->WriteFile("quick.yaml", JobYaml({.name = "quick", .devices = 1, .steps = 1}));
+  const CommandResult submit = cluster_->Loomctl({"submit", "-f", quick});
+  ASSERT_EQ(submit.exit_code, 0) << submit.Describe();
+  EXPECT_TRUE(submit.err.empty()) << submit.Describe();
+  const std::vector<pid_t> muxes = MuxPids();
+  ASSERT_EQ(muxes.size(), 1u);
+  const std::string name = submit.out.substr(0, submit.out.find('\n'));
+  const CommandResult get = cluster_->Loomctl({"get", name});
+  ASSERT_EQ(get.exit_code, 0) << get.Describe();
+  EXPECT_THAT(get.out, HasSubstr(name));
+  EXPECT_EQ(MuxPids(), muxes);
+  EXPECT_GE(SocketCount(muxes[0]), 2);  // its listener and its connection to loomd
+}
+
+TEST_F(PersistTest, LoomPersistZeroKeepsEveryTlsCallDirect) {
+  ::setenv("LOOM_PERSIST", "0", 1);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(cluster_->Loomctl({"list"}).exit_code, 0);
+  EXPECT_TRUE(MuxPids().empty());
+  EXPECT_TRUE(Sockets().empty());
+  EXPECT_TRUE(Marks().empty());
+}
 
 TEST_F(PersistTest, CallsOfSeveralProcessesGoThroughOneMuxAndAnswerAsDirectCalls) {
   const std::string quick =
