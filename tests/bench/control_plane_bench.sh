@@ -25,8 +25,12 @@
 #               8 at a time) while the storm goes on
 #   submit-tls, storm-tls   Loom only: submit and storm (held) against a loomd that serves TLS
 #               and checks a bearer token on every call (scripts/dev-certs.sh), Loom's secure
-#               configuration. Slurm's column repeats its submit and storm figures there: its
-#               every call carries its default authentication (munge)
+#               configuration, with loomctl's defaults (since 3362811 a call soon after another
+#               shares a connection: client/persist_mux.h, "Automatic"). Slurm's column repeats
+#               its submit and storm figures there: its every call carries its default
+#               authentication (munge)
+#   submit-tls-direct, storm-tls-direct   the same with --persist=0: every call its own TLS
+#               connection, which is what a call alone costs
 #   submit-persist, storm-persist, submit-tls-persist, storm-tls-persist   Loom only: the same
 #               with `loomctl --persist=60s` (a background loomctl keeps the connections to loomd
 #               open; client/persist_mux.h), started by one call before the clock; "nan" for a
@@ -414,6 +418,10 @@ for round in $(seq 1 "$rounds"); do
         submit=("$b/loomctl" --server="$server" "${client_flags[@]}" submit -f "$tmp/spec1.yaml")
         # A failing call would be fast: check once that the secure configuration answers.
         "${submit[@]}" >/dev/null
+        direct=("$b/loomctl" --server="$server" "${client_flags[@]}" --persist=0
+          submit -f "$tmp/spec1.yaml")
+        record "$system" submit-tls-direct "$(per_call_ms "${direct[@]}")"
+        record "$system" storm-tls-direct "$(storm_rate "${direct[@]}")"
         record "$system" submit-tls "$(per_call_ms "${submit[@]}")"
         record "$system" storm-tls "$(storm_rate "${submit[@]}")"
         kill -CONT "$worker_pid"
@@ -468,9 +476,9 @@ printf '%-18s %-8s' row unit
 for system in "${systems[@]}"; do printf ' %-10s' "$system"; done
 [ "${#systems[@]}" -gt 1 ] && for system in "${systems[@]:1}"; do printf ' %-12s' "loom/$system"; done
 echo
-for row in start submit submit-tls submit-persist submit-tls-persist storm storm-tls \
-  storm-persist storm-tls-persist sweep storm-run turnaround gap placed cpu-loomd cpu-worker \
-  cpu-ranks; do
+for row in start submit submit-tls submit-tls-direct submit-persist submit-tls-persist storm \
+  storm-tls storm-tls-direct storm-persist storm-tls-persist sweep storm-run turnaround gap \
+  placed cpu-loomd cpu-worker cpu-ranks; do
   unit=ms
   [[ "$row" = storm* || "$row" = sweep ]] && unit=jobs/s
   printf '%-18s %-8s' "$row" "$unit"
@@ -479,7 +487,7 @@ for row in start submit submit-tls submit-persist submit-tls-persist storm storm
     values=${results["$system $row"]:-}
     # Slurm has no TLS or --persist rows: its every call carries munge authentication, so its
     # plain submit/storm figure stands beside Loom's secure and persistent ones.
-    [ "$system" = slurm ] && [[ "$row" = *-tls || "$row" = *-persist ]] &&
+    [ "$system" = slurm ] && [[ "$row" = *-tls || "$row" = *-persist || "$row" = *-direct ]] &&
       values=${results["slurm ${row%%-*}"]:-}
     med[$system]=$(printf '%s' "$values" | median)
     printf ' %-10s' "${med[$system]}"
@@ -504,8 +512,8 @@ done
 # Every round's figure, in the order measured: how far apart the rounds were says how much of a
 # ratio above is the machine's noise.
 echo "rounds:"
-for row in start submit submit-tls storm storm-tls storm-persist storm-tls-persist turnaround \
-  gap cpu-ranks; do
+for row in start submit submit-tls submit-tls-direct storm storm-tls storm-tls-direct \
+  storm-persist storm-tls-persist turnaround gap cpu-ranks; do
   for system in "${systems[@]}"; do
     values=${results["$system $row"]:-}
     [ -n "$values" ] || continue
