@@ -87,16 +87,21 @@ TEST(NodeRegistryTest, OnlyReadyNodesWithASessionAreSchedulable) {
   EXPECT_TRUE(registry.Snapshot().empty());
 }
 
-TEST(NodeRegistryTest, GpuNodesOfferTheirGpus) {
-  NodeRegistry registry;
-  const absl::Time now = absl::FromUnixSeconds(1000);
-  v1::RegisterNodeRequest request = CpuNode("g", 1);
-  for (int i = 0; i < 2; ++i) {
+// A node `id` with one CPU device and `gpus` GPUs.
+v1::RegisterNodeRequest GpuNode(const std::string& id, int gpus) {
+  v1::RegisterNodeRequest request = CpuNode(id, 1);
+  for (int i = 0; i < gpus; ++i) {
     v1::Device* d = request.add_devices();
     d->set_kind(v1::DEVICE_KIND_GPU);
     d->set_index(i);
   }
-  registry.Put(registry.Registered(request, now), now);
+  return request;
+}
+
+TEST(NodeRegistryTest, GpuNodesOfferTheirGpus) {
+  NodeRegistry registry;
+  const absl::Time now = absl::FromUnixSeconds(1000);
+  registry.Put(registry.Registered(GpuNode("g", 2), now), now);
   registry.OpenSession("nodes/g", std::make_shared<FakeSink>());
   std::vector<scheduler::NodeSnapshot> snapshot = registry.Snapshot();
   ASSERT_EQ(snapshot.size(), 1u);
@@ -114,13 +119,7 @@ TEST(NodeRegistryTest, FreeDevicesCountsWhatTheSnapshotHolds) {
   const absl::Time now = absl::FromUnixSeconds(1000);
   registry.Put(registry.Registered(CpuNode("a", 4), now), now);
   registry.Put(registry.Registered(CpuNode("b", 2), now), now);  // no session
-  v1::RegisterNodeRequest gpu = CpuNode("g", 1);
-  for (int i = 0; i < 2; ++i) {
-    v1::Device* d = gpu.add_devices();
-    d->set_kind(v1::DEVICE_KIND_GPU);
-    d->set_index(i);
-  }
-  registry.Put(registry.Registered(gpu, now), now);
+  registry.Put(registry.Registered(GpuNode("g", 2), now), now);
   registry.OpenSession("nodes/a", std::make_shared<FakeSink>());
   registry.OpenSession("nodes/g", std::make_shared<FakeSink>());
   registry.Allocate("nodes/a", {1, 2}, "jobs/x");
