@@ -475,8 +475,9 @@ std::optional<grpc::Status> CallThroughMux(const PersistTarget& target, std::str
     if (retry_safe) return std::nullopt;
     return grpc::Status(
         StatusCode::UNAVAILABLE,
-        "the persistent connection (--persist) ended before loomd's answer: the call may or may "
-        "not have been made; check with `loomctl get`");
+        "loomctl's persistent connection to loomd (--persist, or the automatic one over TLS; 0 "
+        "turns it off) ended before loomd's answer: the call may or may not have been made; "
+        "check with `loomctl get`");
   }
   if (answer->code == kMuxRefused) return std::nullopt;
   if (answer->code == 0) *response = std::move(answer->body);
