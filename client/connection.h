@@ -14,30 +14,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/rpc_paths.h"
 #include "client/wire_client.h"
 #include "google/protobuf/message_lite.h"
 
 namespace loom::client {
 
 inline constexpr char kDefaultServer[] = "127.0.0.1:7070";
-
-// The methods loomctl calls, by their gRPC paths.
-namespace rpc {
-inline constexpr std::string_view kCreateJob = "/loom.v1.JobService/CreateJob";
-inline constexpr std::string_view kGetJob = "/loom.v1.JobService/GetJob";
-inline constexpr std::string_view kListJobs = "/loom.v1.JobService/ListJobs";
-inline constexpr std::string_view kCancelJob = "/loom.v1.JobService/CancelJob";
-inline constexpr std::string_view kWatchJob = "/loom.v1.JobService/WatchJob";
-inline constexpr std::string_view kStreamJobLogs = "/loom.v1.JobService/StreamJobLogs";
-inline constexpr std::string_view kPlanJob = "/loom.v1.JobService/PlanJob";
-inline constexpr std::string_view kGetJobReport = "/loom.v1.JobService/GetJobReport";
-inline constexpr std::string_view kGetJobTrace = "/loom.v1.JobService/GetJobTrace";
-inline constexpr std::string_view kListNodes = "/loom.v1.NodeService/ListNodes";
-inline constexpr std::string_view kDrainNode = "/loom.v1.NodeService/DrainNode";
-inline constexpr std::string_view kDeleteNode = "/loom.v1.NodeService/DeleteNode";
-inline constexpr std::string_view kCreateScaleTest = "/loom.v1.ScalingService/CreateScaleTest";
-inline constexpr std::string_view kGetScaleTest = "/loom.v1.ScalingService/GetScaleTest";
-}  // namespace rpc
 
 // The server address: `flag` when given, else $LOOM_SERVER when set and not empty, else
 // kDefaultServer.

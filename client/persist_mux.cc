@@ -26,6 +26,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "client/rpc_paths.h"
 
 namespace loom::client {
 namespace {
@@ -343,8 +344,8 @@ absl::StatusOr<MuxAnswer> DecodeMuxAnswer(std::string_view frame) {
 }
 
 bool MuxRelays(std::string_view path) {
-  return path == "/loom.v1.JobService/CreateJob" || path == "/loom.v1.JobService/GetJob" ||
-         path == "/loom.v1.JobService/ListJobs" || path == "/loom.v1.JobService/CancelJob";
+  return path == rpc::kCreateJob || path == rpc::kGetJob || path == rpc::kListJobs ||
+         path == rpc::kCancelJob;
 }
 
 absl::StatusOr<std::string> PersistDirectory() {
@@ -424,8 +425,9 @@ std::optional<grpc::Status> CallThroughMux(const PersistTarget& target, std::str
   }
   absl::StatusOr<std::string> key = PersistKey(absolute);
   if (!key.ok()) return std::nullopt;
-  const std::string socket_path =
-      absl::StrCat(*dir, "/mux-", absl::Hex(Fnv1a64(*key), absl::kZeroPad16), ".sock");
+  // The socket, and the mark of the last direct call (automatic mode), are named by the key.
+  const std::string stem = absl::StrCat(*dir, "/mux-", absl::Hex(Fnv1a64(*key), absl::kZeroPad16));
+  const std::string socket_path = stem + ".sock";
   sockaddr_un unused;
   if (!FillUnixAddress(socket_path, &unused)) {
     *note = absl::StrCat("--persist: the socket path \"", socket_path,
@@ -436,9 +438,7 @@ std::optional<grpc::Status> CallThroughMux(const PersistTarget& target, std::str
 
   int fd = ConnectUnix(socket_path);
   const bool no_mux = fd < 0 && (errno == ENOENT || errno == ECONNREFUSED);
-  if (no_mux && target.automatic &&
-      !CalledRecently(
-          absl::StrCat(*dir, "/mux-", absl::Hex(Fnv1a64(*key), absl::kZeroPad16), ".recent"))) {
+  if (no_mux && target.automatic && !CalledRecently(stem + ".recent")) {
     return std::nullopt;  // no loop (yet): this call goes directly, and leaves its mark
   }
   if (no_mux) {

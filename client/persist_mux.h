@@ -8,14 +8,14 @@
 // talks TLS makes its first call directly, and leaves a mark (an empty file beside the mux's
 // socket). A call that finds a mark less than kAutoPersistWindow old starts the mux, which
 // ends kAutoPersistIdle after the last call. So a single call never leaves a process behind, and
-// a script's loop of calls pays the handshake about once; a running mux, started either way,
-// takes the calls of both.
+// a script's loop of calls pays the handshake about twice (its first call's and the mux's); a
+// running mux, started either way, takes the calls of both.
 //
 // Why: a script that calls loomctl in a loop pays per call for what one process could pay once.
 // On the 2-core machine of docs/benchmarks.md, loomd spends 1.23 ms of CPU per CreateJob that
 // comes on a connection of its own and 0.53 ms per CreateJob on a connection already open; over
-// TLS the handshake alone costs a loomctl about 5 ms of CPU (OpenSSL 3.0's SSL_CTX_new and the
-// P-256 key exchange) and loomd about 1.5 ms.
+// TLS a loomctl spends 1.8-2.3 ms of CPU in OpenSSL 3.0's start (OPENSSL_init_ssl, SSL_CTX_new)
+// and about 1.8 ms more in the handshake, and loomd 1.1-1.4 ms per handshake (2026-12-07 night).
 //
 // What goes through it: CreateJob, GetJob, ListJobs and CancelJob on the wire (wire_client.h).
 // Streams (watch, logs) and the other calls do not.

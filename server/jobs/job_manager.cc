@@ -369,11 +369,8 @@ absl::StatusOr<v1::Job> JobManager::CreateJob(const v1::CreateJobRequest& reques
   // nothing; so a pass can change something only when the newcomer itself might fit. Skipping
   // it otherwise keeps a burst of creates into a full cluster from costing a pass over the
   // whole queue each (the ticker's pass fills in the newcomer's waiting reason).
-  if (FreeDevicesLocked(kind) >= world_size) {
-    ScheduleLocked();
-  } else {
-    pass_due_ = true;
-  }
+  // (IndexLocked above marked a pass due, which the tick runs when this one is skipped.)
+  if (FreeDevicesLocked(kind) >= world_size) ScheduleLocked();
   auto it = active_.find(name);
   if (it != active_.end() && it->second->job.state() == v1::QUEUED) {
     // Still as created (one event, the one above): answer from memory, without reading the
@@ -390,11 +387,7 @@ absl::StatusOr<v1::Job> JobManager::CreateJob(const v1::CreateJobRequest& reques
   return LoadJobLocked(name);
 }
 
-int JobManager::FreeDevicesLocked(v1::DeviceKind kind) const {
-  const std::map<v1::DeviceKind, int> free = nodes_.FreeDevices();
-  auto it = free.find(kind);
-  return it == free.end() ? 0 : it->second;
-}
+int JobManager::FreeDevicesLocked(v1::DeviceKind kind) const { return nodes_.FreeDevices(kind); }
 
 namespace {
 

@@ -661,6 +661,7 @@ void JobManager::Tick() {
     absl::Status s = CommitLocked(active, active.job, std::nullopt);
     if (!s.ok()) LOOM_LOG(WARNING) << "cannot persist progress of " << name << ": " << s;
   }
+  // Collected first: a doctor's re-split commits a transition while it runs (RequeueGangLocked).
   std::vector<ActiveJob*> running;
   for (const auto& [name, active] : gangs_) {
     if (active->job.state() == v1::RUNNING) running.push_back(active);

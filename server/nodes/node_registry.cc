@@ -224,14 +224,12 @@ std::vector<scheduler::NodeSnapshot> NodeRegistry::Snapshot() const {
   return out;
 }
 
-std::map<v1::DeviceKind, int> NodeRegistry::FreeDevices() const {
-  std::map<v1::DeviceKind, int> free;
+int NodeRegistry::FreeDevices(v1::DeviceKind kind) const {
+  int free = 0;
   for (const auto& [name, entry] : nodes_) {
-    if (!IsSchedulable(entry.node) || !entry.session) continue;
-    const v1::DeviceKind kind = NodeKind(entry.node);
-    int& count = free[kind];
+    if (!IsSchedulable(entry.node) || !entry.session || NodeKind(entry.node) != kind) continue;
     for (const v1::Device& d : entry.node.devices()) {
-      if (d.kind() == kind && !entry.allocated.contains(d.index())) ++count;
+      if (d.kind() == kind && !entry.allocated.contains(d.index())) ++free;
     }
   }
   return free;

@@ -105,9 +105,9 @@ class NodeRegistry {
   // Schedulable nodes (IsSchedulable, with a session) and their free devices, for
   // scheduler::Schedule.
   std::vector<scheduler::NodeSnapshot> Snapshot() const;
-  // The free devices of each kind over the nodes Snapshot() gives, counted without building it
-  // (a CreateJob asks on every call; a snapshot copies every node's name and free list).
-  std::map<v1::DeviceKind, int> FreeDevices() const;
+  // The free devices of `kind` over the nodes Snapshot() gives, counted without building it (a
+  // CreateJob asks on every call; a snapshot copies every node's name and free list).
+  int FreeDevices(v1::DeviceKind kind) const;
   Capacity ReadyCapacity() const;
 
   // The node protos with allocated_devices filled, sorted by name.
